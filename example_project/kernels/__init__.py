@@ -1,0 +1,1 @@
+"""Example kernels of the kind LLM serving stacks ship, as pytest-ktune templates."""

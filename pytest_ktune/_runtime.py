@@ -1,0 +1,146 @@
+"""Running a target: the kernel handle its function receives, and the compile cache."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import KtuneError
+from ._space import Value
+from ._target import Target
+from .backends.base import Backend, Dim, Launch, Program, as_dim
+
+
+@dataclass
+class Kernel:
+    """The handle a target's function receives as its first argument.
+
+    ``kernel.params`` holds the configuration being run; ``kernel.empty`` makes
+    outputs (poisoned with NaN during checks, so unwritten elements fail);
+    ``kernel.launch(grid, block, args)`` runs the compiled kernel, with
+    ``grid`` in blocks (work-groups) and ``block`` in threads, as in CUDA.
+    """
+
+    backend: Backend
+    program: Program
+    params: Mapping[str, Value]
+    default_name: str
+    poison: bool = False
+    recorded: list[Launch] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Value:
+        return self.params[name]
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
+        shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        return self.backend.empty(shp, dtype, poison=self.poison)
+
+    def empty_like(self, a: Any) -> Any:
+        return self.empty(tuple(a.shape), a.dtype)
+
+    def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None) -> None:
+        g, b = as_dim(grid), as_dim(block)
+        if len(g) != len(b):
+            raise KtuneError(f"grid {g} and block {b} have different numbers of dimensions",
+                             hint="give grid and block the same number of dimensions")
+        if any(x <= 0 for x in g + b):
+            raise KtuneError(f"grid {g} and block {b} must be positive",
+                             hint="check the launch arithmetic for this shape")
+        fn = self.program.function(name or self.default_name)
+        fn.launch(g, b, tuple(args))
+        self.recorded.append(Launch(fn, g, b, tuple(args)))
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division, for grid sizes."""
+    return -(-a // b)
+
+
+class CompileCache:
+    """Compiled programs by backend, device, source hash and defines; in memory here,
+    on disk through each backend's own compiler cache (directed under ``.ktune/cache``)."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, Program] = {}
+
+    @staticmethod
+    def key(backend: Backend, source: str, defines: Mapping[str, Value]) -> str:
+        d = backend.device
+        text = "\n".join([backend.name, d.name, d.arch, d.compiler, source,
+                          repr(sorted((k, str(v)) for k, v in defines.items()))])
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, backend: Backend, source: str, defines: Mapping[str, Value], filename: str) -> Program:
+        k = self.key(backend, source, defines)
+        if k not in self._programs:
+            self._programs[k] = backend.compile(source, defines, filename=filename)
+        return self._programs[k]
+
+    def clear(self) -> None:
+        self._programs.clear()
+
+
+CACHE = CompileCache()
+
+
+def compile_target(backend: Backend, target: Target, params: Mapping[str, Value],
+                   extra_defines: Mapping[str, Value], source: str | None = None) -> Program:
+    """Compile the target's source for this backend with ``params`` and ``extra_defines`` as -D macros."""
+    text = target.source_text(backend.name) if source is None else source
+    defines = {**extra_defines, **params}
+    return CACHE.get(backend, text, defines, str(target.source_path(backend.name)))
+
+
+def run(backend: Backend, target: Target, params: Mapping[str, Value], bound: Mapping[str, Any], *,
+        poison: bool = False, source: str | None = None) -> tuple[Any, list[Launch]]:
+    """Run the target's function once; return its result and the launches it made."""
+    program = compile_target(backend, target, params, target.defines(bound), source)
+    kernel = Kernel(backend, program, dict(params), target.kernel_name, poison=poison)
+    result = target.fn(kernel, **bound)
+    if not kernel.recorded:
+        raise KtuneError("the function returned without launching a kernel", where=target.where,
+                         hint="call kernel.launch(grid, block, args) in it")
+    return result, kernel.recorded
+
+
+def call_target(target: Target, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """A production call: the recorded parameters for this device and key, else the default."""
+    from . import backends
+    from ._store import params_for
+
+    backend = backends.backend_for(tuple(args) + tuple(kwargs.values()))
+    bound = target.bind(*args, **kwargs).arguments
+    key = target.key(bound)
+    params = params_for(target, backend.device, key)
+    target.check_config(params, key, "recorded configuration")
+    result, _ = run(backend, target, params, bound)
+    return result
+
+
+def to_host_tree(backend: Backend, value: Any) -> Any:
+    """Device arrays inside ``value`` (a tuple, list or dict of them) copied to numpy."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_host_tree(backend, v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_host_tree(backend, v) for k, v in value.items()}
+    if backend.owns(value):
+        return backend.to_host(value)
+    return np.asarray(value)
+
+
+def find_params_file(start: Path) -> Path | None:
+    """``ktune-params.json`` in ``start`` or the nearest folder above it."""
+    for folder in [start, *start.parents]:
+        candidate = folder / "ktune-params.json"
+        if candidate.is_file():
+            return candidate
+    return None

@@ -1,0 +1,246 @@
+"""The params file: tuned parameters and baselines per target, device and key.
+
+One committed JSON file at the project root, ``ktune-params.json``, written
+with sorted keys and records in a stable order so that diffs stay small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._errors import StoreError
+from ._space import Value
+from ._target import Target
+from .backends.base import DeviceInfo
+
+FORMAT = "pytest-ktune/1"
+FILENAME = "ktune-params.json"
+_FIX_HINT = "fix the file by hand, or restore the committed one with `git checkout -- {name}`"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Timing statistics of one case, in microseconds."""
+
+    median_us: float
+    iqr_us: float
+    ci_low_us: float
+    ci_high_us: float
+    samples: int
+    gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the gate compares against: timings measured with ``params`` on this source."""
+
+    params: Mapping[str, Value]
+    source_hash: str
+    source_path: str
+    commit: str | None
+    date: str
+    ktune_version: str
+    timings: Mapping[str, Timing] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["params"] = dict(self.params)
+        return d
+
+
+@dataclass(frozen=True)
+class Record:
+    """The parameters production uses for one target on one device and key, and their baseline."""
+
+    target: str
+    device: str
+    key: Mapping[str, Any]
+    params: Mapping[str, Value]
+    baseline: Baseline | None = None
+
+    @property
+    def ident(self) -> tuple[str, str, str]:
+        return (self.target, self.device, key_string(self.key))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"target": self.target, "device": self.device, "key": dict(self.key),
+                             "params": dict(self.params)}
+        if self.baseline is not None:
+            d["baseline"] = self.baseline.to_json()
+        return d
+
+
+def key_string(key: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={key[k]}" for k in sorted(key))
+
+
+def target_id(target: Target, root: Path) -> str:
+    """How the params file names a target: its file relative to the project root, and its name."""
+    try:
+        rel = target.file.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = target.file.name
+    return f"{rel}::{target.name}"
+
+
+def _parse_timing(raw: Any, where: str) -> Timing:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+    try:
+        return Timing(**raw)
+    except TypeError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _require(raw: dict[str, Any], fields: dict[str, type], where: str) -> None:
+    for name, typ in fields.items():
+        if not isinstance(raw.get(name), typ):
+            raise ValueError(f"{where} has no valid {name!r} (expected a {typ.__name__})")
+
+
+def _check_params(params: dict[str, Any], where: str) -> None:
+    for k, v in params.items():
+        if not isinstance(v, (int, float, str, bool)):
+            raise ValueError(f"{where}: parameter {k} has value {v!r}, not a number or string")
+
+
+def _parse_baseline(raw: Any, where: str) -> Baseline:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+    _require(raw, {"params": dict, "source_hash": str, "source_path": str, "date": str,
+                   "ktune_version": str}, where)
+    _check_params(raw["params"], where)
+    commit = raw.get("commit")
+    if commit is not None and not isinstance(commit, str):
+        raise ValueError(f"{where} has a commit that is not a string")
+    timings_raw = raw.get("timings", {})
+    if not isinstance(timings_raw, dict):
+        raise ValueError(f"{where}: timings is not an object")
+    extra = set(raw) - {"params", "source_hash", "source_path", "commit", "date", "ktune_version", "timings"}
+    if extra:
+        raise ValueError(f"{where} has unknown fields {sorted(extra)}")
+    timings = {c: _parse_timing(t, f"{where} timing {c!r}") for c, t in timings_raw.items()}
+    return Baseline(params=raw["params"], source_hash=raw["source_hash"], source_path=raw["source_path"],
+                    commit=commit, date=raw["date"], ktune_version=raw["ktune_version"], timings=timings)
+
+
+def _parse_record(raw: Any, i: int) -> Record:
+    where = f"record {i}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+    _require(raw, {"target": str, "device": str, "key": dict, "params": dict}, where)
+    _check_params(raw["params"], where)
+    extra = set(raw) - {"target", "device", "key", "params", "baseline"}
+    if extra:
+        raise ValueError(f"{where} has unknown fields {sorted(extra)}")
+    baseline = _parse_baseline(raw["baseline"], f"{where} baseline") if "baseline" in raw else None
+    return Record(target=raw["target"], device=raw["device"], key=raw["key"], params=raw["params"],
+                  baseline=baseline)
+
+
+class Store:
+    """The records of one params file, loaded once; written back atomically."""
+
+    def __init__(self, path: Path, records: Iterable[Record] = ()) -> None:
+        self.path = path
+        self.records: dict[tuple[str, str, str], Record] = {r.ident: r for r in records}
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @classmethod
+    def load(cls, path: Path) -> Store:
+        """Read ``path``; a missing file is an empty store, a damaged one a StoreError."""
+        if not path.exists():
+            return cls(path)
+        hint = _FIX_HINT.format(name=path.name)
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"the params file is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                             f"column {exc.colno}", where=str(path), hint=hint) from None
+        except OSError as exc:
+            raise StoreError(f"cannot read the params file: {exc.strerror}", where=str(path),
+                             hint="check its permissions") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise StoreError(f"the params file does not start with \"format\": \"{FORMAT}\"",
+                             where=str(path), hint=hint)
+        raw_records = data.get("records")
+        if not isinstance(raw_records, list):
+            raise StoreError("the params file has no \"records\" list", where=str(path), hint=hint)
+        try:
+            records = [_parse_record(r, i) for i, r in enumerate(raw_records)]
+        except ValueError as exc:
+            raise StoreError(f"the params file is damaged: {exc}", where=str(path), hint=hint) from None
+        return cls(path, records)
+
+    def find(self, target: str, device: str, key: Mapping[str, Any]) -> Record | None:
+        return self.records.get((target, device, key_string(key)))
+
+    def for_target(self, target: str) -> list[Record]:
+        return [r for r in self.records.values() if r.target == target]
+
+    def render(self) -> str:
+        ordered = [self.records[k].to_json() for k in sorted(self.records)]
+        return json.dumps({"format": FORMAT, "records": ordered}, indent=2, sort_keys=True) + "\n"
+
+    def save(self, updates: Iterable[Record]) -> None:
+        """Merge ``updates`` into the file as it is on disk now, and replace it atomically."""
+        current = Store.load(self.path)
+        for r in updates:
+            current.records[r.ident] = r
+        text = current.render()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".ktune-params.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.records = current.records
+
+
+class KtuneWarning(UserWarning):
+    """A problem that does not stop a production call, but makes it slower than it could be."""
+
+
+_PRODUCTION: dict[Path, tuple[float, Store | None]] = {}
+
+
+def params_for(target: Target, device: DeviceInfo, key: Mapping[str, Any]) -> dict[str, Value]:
+    """The parameters recorded for this target, device and key; the default where none is.
+
+    The params file is the nearest ``ktune-params.json`` at or above the
+    target's file, or the one ``KTUNE_PARAMS`` names.
+    """
+    from ._runtime import find_params_file
+
+    env = os.environ.get("KTUNE_PARAMS")
+    path = Path(env) if env else find_params_file(target.file.parent)
+    if path is None or not path.exists():
+        return dict(target.default)
+    mtime = path.stat().st_mtime
+    cached = _PRODUCTION.get(path)
+    if cached is None or cached[0] != mtime:
+        try:
+            store: Store | None = Store.load(path)
+        except StoreError as exc:
+            warnings.warn(f"{exc}\nUsing default parameters for {target.name}.", KtuneWarning, stacklevel=3)
+            store = None
+        _PRODUCTION[path] = (mtime, store)
+        cached = _PRODUCTION[path]
+    store = cached[1]
+    if store is None:
+        return dict(target.default)
+    record = store.find(target_id(target, path.parent), device.id, key)
+    return dict(record.params) if record else dict(target.default)

@@ -1,0 +1,367 @@
+"""The ``@ktune.target`` decorator: a kernel template, its space, cases and reference."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ._errors import KtuneError, SpaceError
+from ._space import Config, Space, Value
+
+BACKENDS = ("cuda", "opencl")
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n``: a tuning key for token counts, so
+    that 100 and 120 tokens share one tuned entry."""
+    if n <= 1:
+        return 1
+    return 1 << (int(n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input array of a case: shape, dtype and how to fill it.
+
+    ``init`` is ``"normal"`` (the default), ``"uniform"`` (in [-1, 1)),
+    ``"positive"`` (in [0.5, 1.5)), ``"int"`` (integers in [low, high)), or
+    a callable ``(rng, shape, dtype) -> ndarray``. Inputs are drawn fresh for
+    every check, from a seed printed on failure.
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any = "float32"
+    init: str | Callable[[np.random.Generator, tuple[int, ...], np.dtype[Any]], np.ndarray] = "normal"
+    scale: float = 1.0
+    low: int = 0
+    high: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        dt = np.dtype(self.dtype)
+        if callable(self.init):
+            out = np.asarray(self.init(rng, self.shape, dt))
+            if out.shape != self.shape:
+                raise KtuneError(f"Tensor init returned shape {out.shape}, expected {self.shape}")
+            return out.astype(dt, copy=False)
+        if self.init == "normal":
+            return (rng.standard_normal(self.shape, dtype=np.float32) * self.scale).astype(dt)
+        if self.init == "uniform":
+            return (rng.uniform(-1.0, 1.0, self.shape) * self.scale).astype(dt)
+        if self.init == "positive":
+            return (rng.uniform(0.5, 1.5, self.shape) * self.scale).astype(dt)
+        if self.init == "int":
+            return rng.integers(self.low, self.high, self.shape).astype(dt)
+        raise KtuneError(f"unknown Tensor init {self.init!r}",
+                         hint="use normal, uniform, positive, int or a callable")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a kernel's output must be to the reference.
+
+    Both tests apply: the relative norm ``|out - ref| / |ref| <= norm``, and
+    elementwise ``|out - ref| <= atol + rtol * |ref|``.
+    """
+
+    norm: float
+    atol: float
+    rtol: float
+
+
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
+    "float16": Tolerance(norm=2e-3, atol=1e-2, rtol=1e-2),
+    "bfloat16": Tolerance(norm=1.6e-2, atol=5e-2, rtol=5e-2),
+    "float32": Tolerance(norm=1e-5, atol=1e-5, rtol=1e-4),
+    "float64": Tolerance(norm=1e-12, atol=1e-12, rtol=1e-10),
+}
+_EXACT = Tolerance(norm=0.0, atol=0.0, rtol=0.0)
+
+
+def tolerance_for(dtype: np.dtype[Any], override: Tolerance | Mapping[str, Tolerance] | None) -> Tolerance:
+    name = np.dtype(dtype).name
+    if isinstance(override, Tolerance):
+        return override
+    if override and name in override:
+        return override[name]
+    return DEFAULT_TOLERANCES.get(name, _EXACT)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One shape and dtype combination the kernel promises to handle.
+
+    ``Case(x=Tensor((64, 4096), "float16"), w=Tensor((4096,), "float16"), eps=1e-6)``.
+    Keyword arguments are the kernel function's arguments: ``Tensor`` values
+    become fresh random device arrays, other values are passed as they are.
+    ``id`` names the case in test ids; ``warm_cache=True`` skips the L2 flush
+    (for kernels that in production read data a previous kernel just wrote);
+    ``backends`` limits the case to some backends (e.g. very large shapes to
+    ``("cuda",)``).
+    """
+
+    args: Mapping[str, Any]
+    id: str | None = None
+    warm_cache: bool = False
+    backends: tuple[str, ...] | None = None
+
+    def __init__(self, *, id: str | None = None, warm_cache: bool = False,  # noqa: A002
+                 backends: Sequence[str] | None = None, **args: Any) -> None:
+        object.__setattr__(self, "args", dict(args))
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "warm_cache", warm_cache)
+        object.__setattr__(self, "backends", tuple(backends) if backends else None)
+
+    @property
+    def tensors(self) -> dict[str, Tensor]:
+        return {k: v for k, v in self.args.items() if isinstance(v, Tensor)}
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def runs_on(self, backend: str) -> bool:
+        return self.backends is None or backend in self.backends
+
+
+def _auto_case_id(case: Case, key: Mapping[str, Any]) -> str:
+    """``T64-H4096-float16``: numeric key dimensions with their names, other values alone."""
+    parts = [f"{k}{v}" if isinstance(v, (int, float)) else str(v) for k, v in key.items()]
+    for dt in sorted({t.dtype.name for t in case.tensors.values()}):
+        if dt not in parts:
+            parts.append(dt)
+    return "-".join(parts) or "case"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A kernel template that pytest-ktune checks, times and tunes.
+
+    Made by ``@ktune.target``; calling it runs the kernel with the parameters
+    recorded for this device and key, or the default where none is recorded.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    sources: Mapping[str, Path]
+    space: Space
+    default: Mapping[str, Value]
+    key_fn: Callable[..., Mapping[str, Any]]
+    cases: tuple[Case, ...]
+    reference: Callable[..., Any]
+    file: Path
+    module: str
+    kernel_name: str
+    tolerance: Tolerance | Mapping[str, Tolerance] | None = None
+    bytes_moved: Callable[..., int] | None = None
+    flops: Callable[..., int] | None = None
+    defines_fn: Callable[..., Mapping[str, Value]] | None = None
+    _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    @property
+    def where(self) -> str:
+        return f"target {self.name} ({self.file})"
+
+    # -- sources ---------------------------------------------------------
+    def source_path(self, backend: str) -> Path:
+        if backend not in self.sources:
+            raise KtuneError(f"no {backend} source declared", where=self.where,
+                             hint=f"add sources={{'{backend}': 'path/to/kernel'}} to @ktune.target")
+        return self.sources[backend]
+
+    def source_text(self, backend: str) -> str:
+        path = self.source_path(backend)
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise KtuneError(f"cannot read {backend} source {path}: {exc.strerror}", where=self.where,
+                             hint="fix the path in sources= (relative paths are resolved "
+                                  "against the file that defines the target)") from None
+
+    def source_hash(self, backend: str) -> str:
+        return source_hash(self.source_text(backend))
+
+    # -- calls -----------------------------------------------------------
+    def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
+        """Bind call arguments (without the leading kernel) to the function's signature."""
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def key(self, bound: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(_call_with(self.key_fn, bound, self.where, "key"))
+
+    def defines(self, bound: Mapping[str, Any]) -> dict[str, Value]:
+        if self.defines_fn is None:
+            return {}
+        return dict(_call_with(self.defines_fn, bound, self.where, "defines"))
+
+    def bytes_for(self, bound: Mapping[str, Any]) -> int | None:
+        if self.bytes_moved is None:
+            return None
+        return int(_call_with(self.bytes_moved, bound, self.where, "bytes_moved"))
+
+    def flops_for(self, bound: Mapping[str, Any]) -> int | None:
+        if self.flops is None:
+            return None
+        return int(_call_with(self.flops, bound, self.where, "flops"))
+
+    def case_args(self, case: Case) -> dict[str, Any]:
+        """The case's arguments bound to the function signature, tensors as specs."""
+        return dict(self.bind(**case.args).arguments)
+
+    def case_key(self, case: Case) -> dict[str, Any]:
+        return self.key(self.case_args(case))
+
+    def case_id(self, case: Case) -> str:
+        return case.id or _auto_case_id(case, self.case_key(case))
+
+    def check_config(self, config: Config, key: Mapping[str, Any], what: str) -> None:
+        """Raise a SpaceError if ``config`` is not a valid point for ``key``."""
+        self.space.check_names(list(key))
+        broken = self.space.violated(config, key)
+        if not broken:
+            return
+        key_s = ", ".join(f"{k}={v}" for k, v in key.items())
+        if not any(True for _ in self.space.feasible(key)):
+            raise SpaceError(
+                f"the space has no valid point for key {key_s}: the constraints "
+                f"{', '.join(repr(c.text) for c in self.space.constraints)} rule out all "
+                f"{self.space.size} configurations", where=self.where,
+                hint="widen the Space, relax a constraint, or drop this case")
+        raise SpaceError(f"the {what} {dict(config)} is not valid for key {key_s}: "
+                         f"{'; '.join(broken)}", where=self.where,
+                         hint=f"choose a {what} that satisfies the constraints")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from ._runtime import call_target
+
+        return call_target(self, args, kwargs)
+
+
+def _call_with(fn: Callable[..., Any], bound: Mapping[str, Any], where: str, what: str) -> Any:
+    params = inspect.signature(fn).parameters
+    accepts_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in bound.items() if accepts_all or k in params}
+    try:
+        return fn(**kwargs)
+    except KtuneError:
+        raise
+    except Exception as exc:
+        raise KtuneError(f"the {what} function failed: {type(exc).__name__}: {exc}", where=where,
+                         hint=f"its parameters must be named like the kernel function's "
+                              f"({', '.join(bound)})") from exc
+
+
+def source_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+_REGISTRY: dict[str, Target] = {}
+
+
+def registered() -> dict[str, Target]:
+    """Targets defined so far, by ``module:name``."""
+    return dict(_REGISTRY)
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def target(
+    *,
+    sources: Mapping[str, str | Path],
+    space: Space,
+    default: Mapping[str, Value],
+    key: Callable[..., Mapping[str, Any]],
+    cases: Sequence[Case],
+    reference: Callable[..., Any],
+    tolerance: Tolerance | Mapping[str, Tolerance] | None = None,
+    bytes_moved: Callable[..., int] | None = None,
+    flops: Callable[..., int] | None = None,
+    defines: Callable[..., Mapping[str, Value]] | None = None,
+    kernel: str | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[..., Any]], Target]:
+    """Mark a kernel launcher as a pytest-ktune target.
+
+    The decorated function takes a ``kernel`` handle first (``kernel.params``,
+    ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
+    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
+    space's parameters (and ``defines``) reach the source as ``-D`` macros.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Target:
+        file = Path(inspect.getfile(fn)).resolve()
+        tname = name or fn.__name__
+        where = f"target {tname} ({file})"
+        if not isinstance(space, Space):
+            raise SpaceError("space= must be a ktune.Space", where=where,
+                             hint="write space=ktune.Space(BLOCK=[...], ...)")
+        unknown_backends = sorted(set(sources) - set(BACKENDS))
+        if unknown_backends or not sources:
+            raise KtuneError(f"sources= names unknown backends {unknown_backends}" if unknown_backends
+                             else "sources= is empty", where=where,
+                             hint=f"use the backends {', '.join(BACKENDS)}")
+        resolved = {b: (file.parent / p).resolve() for b, p in sources.items()}
+        missing = sorted(set(space.names) - set(default))
+        extra = sorted(set(default) - set(space.names))
+        if missing or extra:
+            raise SpaceError(
+                f"default= {dict(default)} does not match the space's parameters "
+                f"({', '.join(space.names)})" + (f": missing {missing}" if missing else "")
+                + (f": unknown {extra}" if extra else ""), where=where,
+                hint="give default= one value for each parameter of the Space")
+        for p in space.names:
+            if not _IDENT.match(p):
+                raise SpaceError(f"parameter name {p!r} is not a valid C identifier", where=where,
+                                 hint="parameters become -D macros; use names like BLOCK")
+        if not cases:
+            raise KtuneError("cases= is empty", where=where,
+                             hint="declare at least one ktune.Case the kernel must handle")
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())
+        if not params:
+            raise KtuneError("the kernel function must take the kernel handle as its first argument",
+                             where=where, hint=f"write def {fn.__name__}(kernel, ...)")
+        call_sig = sig.replace(parameters=params[1:])
+        t = Target(
+            name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
+            key_fn=key, cases=tuple(cases), reference=reference, file=file,
+            module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
+            bytes_moved=bytes_moved, flops=flops, defines_fn=defines, _signature=call_sig,
+        )
+        for c in t.cases:
+            try:
+                call_sig.bind(**c.args)
+            except TypeError as exc:
+                raise KtuneError(f"case {c.id or c.args} does not fit the function's signature: {exc}",
+                                 where=where, hint="name each case argument like the function's "
+                                                   "parameters") from None
+        _REGISTRY[f"{t.module}:{t.name}"] = t
+        return t
+
+    return wrap

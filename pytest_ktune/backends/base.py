@@ -1,0 +1,140 @@
+"""What every backend provides, behind one Protocol, and the values it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+Dim = int | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The facts about a device that timings, limits and the params file need."""
+
+    backend: str
+    name: str
+    arch: str
+    compiler: str
+    compute_units: int
+    max_threads_per_block: int
+    shared_mem_per_block: int
+    regs_per_block: int
+    l2_bytes: int
+    global_mem_bytes: int
+    warp_size: int
+
+    @property
+    def id(self) -> str:
+        """The device as the params file names it."""
+        return f"{self.name} [{self.backend}]"
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one compiled function uses, and the most threads per block it allows."""
+
+    registers: int
+    shared_bytes: int
+    local_bytes: int
+    max_threads_per_block: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded kernel launch, replayed when timing."""
+
+    function: KernelFunction
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[Any, ...]
+
+
+class KernelFunction(Protocol):
+    """A compiled kernel entry point."""
+
+    name: str
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None: ...
+
+    def resources(self) -> Resources: ...
+
+
+class Program(Protocol):
+    """A compiled source with one set of defines."""
+
+    def function(self, name: str) -> KernelFunction: ...
+
+
+class Timer(Protocol):
+    """Times repeated replays of recorded launch sets; built by ``Backend.timer``."""
+
+    repeats: int
+
+    def sample(self, flush: bool) -> float:
+        """Seconds for one pass over the launch sets, averaged over ``repeats`` passes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """A device and the means to compile, launch and time kernels on it.
+
+    Implementations: ``CudaBackend`` (CuPy, NVRTC) and ``OpenCLBackend``
+    (PyOpenCL; PoCL on a CPU). ``pytest_ktune.testing.BackendContract`` is
+    the test suite each must pass.
+    """
+
+    name: str
+    device: DeviceInfo
+
+    def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> Program: ...
+
+    def to_device(self, a: np.ndarray) -> Any: ...
+
+    def to_host(self, a: Any) -> np.ndarray: ...
+
+    def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any: ...
+
+    def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` is an array of this backend."""
+        ...
+
+    def synchronize(self) -> None: ...
+
+    def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> Timer: ...
+
+    def copy_bandwidth(self) -> float:
+        """Measured device copy bandwidth in bytes/s, counting bytes read and written."""
+        ...
+
+    def release(self) -> None:
+        """Give cached device memory back between targets."""
+        ...
+
+
+BackendFactory = Callable[[], Backend]
+
+
+def as_dim(d: Dim) -> tuple[int, ...]:
+    if isinstance(d, int):
+        return (int(d),)
+    t = tuple(int(x) for x in d)
+    if not 1 <= len(t) <= 3:
+        raise ValueError(f"a grid or block has 1 to 3 dimensions, got {d!r}")
+    return t
+
+
+def poison_value(dtype: np.dtype[Any]) -> Any:
+    """What fills a fresh output in checks, so that unwritten elements fail."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return np.nan
+    if dt.kind in "iu":
+        # An unlikely value: the minimum for signed, the maximum for unsigned.
+        return np.iinfo(dt).min if dt.kind == "i" else np.iinfo(dt).max
+    return 0

@@ -1,0 +1,288 @@
+"""The CUDA backend, through CuPy: NVRTC compiles, CUDA-graph timing."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import BackendUnavailable, CompileError, LaunchError
+from ._compile_log import annotate
+from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value
+
+INSTALL_HINT = "pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) on a machine with an NVIDIA GPU"
+
+_COPY_SRC = r"""
+extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"""
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise BackendUnavailable(f"the CUDA backend needs CuPy ({exc})", hint=INSTALL_HINT) from None
+    return cupy
+
+
+def gpu_visible() -> bool:
+    """Whether CuPy imports and sees at least one CUDA device."""
+    try:
+        cp = _cupy()
+        return int(cp.cuda.runtime.getDeviceCount()) > 0
+    except Exception:  # no driver, no device, no CuPy: all mean "no GPU here"
+        return False
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, bool):
+        return np.int32(v)
+    if isinstance(v, int):
+        return np.int32(v)
+    if isinstance(v, float):
+        return np.float32(v)
+    return v
+
+
+@dataclass
+class _Function:
+    backend: CudaBackend
+    kernel: Any
+    name: str
+    filename: str
+    _resources: Resources | None = None
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+        threads = int(np.prod(block))
+        limit = self.resources().max_threads_per_block
+        if threads > limit:
+            raise LaunchError(
+                f"kernel {self.name} launched with {threads} threads per block; it allows at most "
+                f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
+                where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
+        try:
+            self.kernel(grid, block, tuple(_scalar(a) for a in args))
+        except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
+            raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
+                              f"{type(exc).__name__}: {exc}", where=self.filename,
+                              hint="check the grid, block and argument list against the kernel") from None
+
+    def resources(self) -> Resources:
+        if self._resources is None:
+            a = self.kernel.attributes
+            self._resources = Resources(
+                registers=int(a["num_regs"]),
+                shared_bytes=int(a["shared_size_bytes"]),
+                local_bytes=int(a["local_size_bytes"]),
+                max_threads_per_block=int(a["max_threads_per_block"]),
+            )
+        return self._resources
+
+
+@dataclass
+class _Program:
+    backend: CudaBackend
+    module: Any
+    filename: str
+    _functions: dict[str, _Function] = field(default_factory=dict)
+
+    def function(self, name: str) -> KernelFunction:
+        if name not in self._functions:
+            try:
+                kernel = self.module.get_function(name)
+            except Exception as exc:
+                raise CompileError(f"no kernel named {name!r} in the compiled source ({exc})",
+                                   where=self.filename,
+                                   hint="declare it extern \"C\" __global__, or pass kernel= to "
+                                        "@ktune.target") from None
+            self._functions[name] = _Function(self.backend, kernel, name, self.filename)
+        return self._functions[name]
+
+
+class _Timer:
+    """Times a CUDA graph of ``repeats`` passes over the launch sets (events, if capture fails)."""
+
+    def __init__(self, backend: CudaBackend, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
+        cp = backend.cp
+        self.backend = backend
+        self.repeats = repeats
+        self.sets = launch_sets
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.start = cp.cuda.Event()
+        self.end = cp.cuda.Event()
+        self.graph: Any = None
+        self.mode = "graph"
+        try:
+            with self.stream:
+                self.stream.begin_capture()
+                try:
+                    self._replay()
+                finally:
+                    self.graph = self.stream.end_capture()
+        except Exception:  # capture unsupported for some launch: fall back to events
+            self.graph = None
+            self.mode = "events"
+
+    def _replay(self) -> None:
+        for _ in range(self.repeats):
+            for launches in self.sets:
+                for launch in launches:
+                    launch.function.launch(launch.grid, launch.block, launch.args)
+
+    def sample(self, flush: bool) -> float:
+        with self.stream:
+            if flush:
+                self.backend.flush_cache()
+            self.start.record(self.stream)
+            if self.graph is not None:
+                self.graph.launch(self.stream)
+            else:
+                self._replay()
+            self.end.record(self.stream)
+        try:
+            self.end.synchronize()
+        except Exception as exc:
+            raise LaunchError(f"a kernel failed while being timed: {exc}",
+                              hint="run the correctness item first; an illegal memory access "
+                                   "leaves the CUDA context unusable for the rest of the process") from None
+        ms = float(self.backend.cp.cuda.get_elapsed_time(self.start, self.end))
+        return ms * 1e-3 / self.repeats
+
+    def close(self) -> None:
+        self.graph = None
+        self.sets = ()
+
+
+class CudaBackend:
+    """CuPy on the current CUDA device; kernels compile with NVRTC, parameters as ``-D`` defines."""
+
+    name = "cuda"
+
+    def __init__(self) -> None:
+        self.cp = cp = _cupy()
+        try:
+            dev_id = cp.cuda.Device().id
+            props = cp.cuda.runtime.getDeviceProperties(dev_id)
+        except Exception as exc:
+            raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=INSTALL_HINT) from None
+        name = props["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        try:
+            nvrtc = ".".join(str(x) for x in cp.cuda.nvrtc.getVersion())
+        except Exception:
+            nvrtc = "unknown"
+        self.device = DeviceInfo(
+            backend="cuda",
+            name=name,
+            arch=f"sm_{props['major']}{props['minor']}",
+            compiler=f"NVRTC {nvrtc}; CuPy {cp.__version__}",
+            compute_units=int(props["multiProcessorCount"]),
+            max_threads_per_block=int(props["maxThreadsPerBlock"]),
+            shared_mem_per_block=int(props["sharedMemPerBlock"]),
+            regs_per_block=int(props["regsPerBlock"]),
+            l2_bytes=int(props["l2CacheSize"]),
+            global_mem_bytes=int(props["totalGlobalMem"]),
+            warp_size=int(props["warpSize"]),
+        )
+        self._flush_buf: Any = None
+        self._bandwidth: float | None = None
+        self.cache_dir: Path | None = None
+
+    def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:
+        cp = self.cp
+        options = ["--std=c++17"]
+        options += [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in defines.items()]
+        if Path(filename).parent.is_dir():
+            options.append(f"-I{Path(filename).parent}")
+        if self.cache_dir is not None and "CUPY_CACHE_DIR" not in os.environ:
+            # CuPy keys its on-disk cubin cache by source, options, arch and NVRTC version.
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            os.environ["CUPY_CACHE_DIR"] = str(self.cache_dir)
+        module = cp.RawModule(code=source, options=tuple(options))
+        try:
+            module.compile()
+        except Exception as exc:
+            log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
+            raise CompileError(f"NVRTC compile failed with {' '.join(options[1:]) or 'no defines'}:\n"
+                               + annotate(log, source, filename), where=filename,
+                               hint="fix the source at the lines shown, or constrain the space so "
+                                    "these defines are not tried") from None
+        return _Program(self, module, filename)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        return self.cp.asarray(np.ascontiguousarray(a))
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return np.asarray(self.cp.asnumpy(a))
+
+    def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
+        dt = np.dtype(dtype)
+        out = self.cp.empty(tuple(shape), dtype=dt)
+        if poison:
+            out.fill(poison_value(dt))
+        return out
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, self.cp.ndarray)
+
+    def synchronize(self) -> None:
+        try:
+            self.cp.cuda.get_current_stream().synchronize()
+            self.cp.cuda.Device().synchronize()
+        except Exception as exc:
+            raise LaunchError(f"the GPU reported an error: {exc}",
+                              hint="a kernel failed while running (often an out-of-bounds access); "
+                                   "the CUDA context may be unusable until the process restarts") from None
+
+    def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> _Timer:
+        return _Timer(self, launch_sets, repeats)
+
+    def flush_cache(self) -> None:
+        if self._flush_buf is None:
+            self._flush_buf = self.cp.empty(2 * self.device.l2_bytes, dtype=np.uint8)
+        self._flush_buf.fill(1)
+
+    def copy_bandwidth(self) -> float:
+        if self._bandwidth is None:
+            self._bandwidth = self._measure_copy()
+        return self._bandwidth
+
+    def _measure_copy(self) -> float:
+        """Best of cudaMemcpy device-to-device and a 16-byte-vector copy kernel, bytes read + written."""
+        cp = self.cp
+        nbytes = max(16 * self.device.l2_bytes, 256 << 20)
+        nbytes -= nbytes % 16
+        src = cp.empty(nbytes, dtype=np.uint8)
+        src.fill(3)
+        dst = cp.empty(nbytes, dtype=np.uint8)
+        knl = cp.RawKernel(_COPY_SRC, "ktune_copy")
+        n = np.uint64(nbytes // 16)
+        grid = self.device.compute_units * 8
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        best = []
+        for use_kernel in (False, True):
+            times = []
+            for _ in range(12):
+                start.record()
+                if use_kernel:
+                    knl((grid,), (512,), (src, dst, n))
+                else:
+                    dst.data.copy_from_device_async(src.data, nbytes)
+                end.record()
+                end.synchronize()
+                times.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
+            best.append(2 * nbytes / statistics.median(times[2:]))
+        del src, dst
+        self.release()
+        return max(best)
+
+    def release(self) -> None:
+        self.cp.get_default_memory_pool().free_all_blocks()

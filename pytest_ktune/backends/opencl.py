@@ -1,0 +1,287 @@
+"""The OpenCL backend, through PyOpenCL: any OpenCL device; PoCL on a CPU."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import BackendUnavailable, CompileError, LaunchError
+from ._compile_log import annotate
+from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value
+
+INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
+
+_COPY_SRC = """
+__kernel void ktune_copy(__global const float4* restrict src, __global float4* restrict dst, ulong n) {
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) dst[i] = src[i];
+}
+"""
+
+
+def _cl() -> Any:
+    try:
+        import pyopencl as cl
+        import pyopencl.array  # noqa: F401
+    except ImportError as exc:
+        raise BackendUnavailable(f"the OpenCL backend needs pyopencl ({exc})", hint=INSTALL_HINT) from None
+    return cl
+
+
+def _pick_device(cl: Any) -> Any:
+    """The device named by KTUNE_OPENCL_DEVICE (a substring of its name), else a GPU, else any."""
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # pyopencl raises LogicError when no ICD is installed
+        raise BackendUnavailable(f"no OpenCL platform found ({exc})", hint=INSTALL_HINT) from None
+    devices = [d for p in platforms for d in p.get_devices()]
+    if not devices:
+        raise BackendUnavailable("OpenCL found no device", hint=INSTALL_HINT)
+    wanted = os.environ.get("KTUNE_OPENCL_DEVICE")
+    if wanted:
+        named = [d for d in devices if wanted.lower() in f"{d.platform.name} {d.name}".lower()]
+        if not named:
+            names = "; ".join(f"{d.platform.name}: {d.name}" for d in devices)
+            raise BackendUnavailable(f"KTUNE_OPENCL_DEVICE={wanted!r} matches no device ({names})",
+                                     hint="set it to part of one of those names")
+        return named[0]
+    gpus = [d for d in devices if d.type & cl.device_type.GPU]
+    return (gpus or devices)[0]
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, bool):
+        return np.int32(v)
+    if isinstance(v, int):
+        return np.int32(v)
+    if isinstance(v, float):
+        return np.float32(v)
+    return v
+
+
+@dataclass
+class _Function:
+    backend: OpenCLBackend
+    kernel: Any
+    name: str
+    filename: str
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+        self.enqueue(grid, block, args)
+
+    def enqueue(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                wait_for: Sequence[Any] | None = None) -> Any:
+        cl = self.backend.cl
+        threads = int(np.prod(block))
+        limit = self.resources().max_threads_per_block
+        if threads > limit:
+            raise LaunchError(f"kernel {self.name} launched with {threads} threads per block; "
+                              f"this device allows at most {limit} for it", where=self.filename,
+                              hint="use a smaller block, or constrain the block-size parameter")
+        gsize = tuple(g * b for g, b in zip(grid, block, strict=True))
+        cargs = [a.data if isinstance(a, cl.array.Array) else _scalar(a) for a in args]
+        try:
+            self.kernel.set_args(*cargs)
+            return cl.enqueue_nd_range_kernel(self.backend.queue, self.kernel, gsize, block,
+                                              wait_for=wait_for)
+        except (cl.Error, TypeError, ValueError) as exc:
+            raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: {exc}",
+                              where=self.filename,
+                              hint="check the argument list against the kernel's signature") from None
+
+    def resources(self) -> Resources:
+        cl = self.backend.cl
+        info = cl.kernel_work_group_info
+        dev = self.backend.cl_device
+        return Resources(
+            registers=0,
+            shared_bytes=int(self.kernel.get_work_group_info(info.LOCAL_MEM_SIZE, dev)),
+            local_bytes=int(self.kernel.get_work_group_info(info.PRIVATE_MEM_SIZE, dev)),
+            max_threads_per_block=int(self.kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev)),
+        )
+
+
+@dataclass
+class _Program:
+    backend: OpenCLBackend
+    program: Any
+    filename: str
+    _functions: dict[str, _Function] = field(default_factory=dict)
+
+    def function(self, name: str) -> KernelFunction:
+        if name not in self._functions:
+            try:
+                kernel = self.backend.cl.Kernel(self.program, name)
+            except self.backend.cl.Error:
+                names = self.program.get_info(self.backend.cl.program_info.KERNEL_NAMES)
+                raise CompileError(f"no kernel named {name!r} in the compiled source (it has: {names})",
+                                   where=self.filename,
+                                   hint="pass kernel= to @ktune.target, or name= in kernel.launch") from None
+            self._functions[name] = _Function(self.backend, kernel, name, self.filename)
+        return self._functions[name]
+
+
+class _Timer:
+    def __init__(self, backend: OpenCLBackend, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
+        self.backend = backend
+        self.sets = launch_sets
+        self.repeats = repeats
+
+    def sample(self, flush: bool) -> float:
+        cl = self.backend.cl
+        q = self.backend.queue
+        if flush:
+            self.backend.flush_cache()
+        gate = cl.UserEvent(self.backend.context)
+        first = last = None
+        for _ in range(self.repeats):
+            for launches in self.sets:
+                for launch in launches:
+                    fn = launch.function
+                    assert isinstance(fn, _Function)
+                    ev = fn.enqueue(launch.grid, launch.block, launch.args,
+                                    wait_for=[gate] if first is None else None)
+                    first = first or ev
+                    last = ev
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        assert first is not None and last is not None
+        last.wait()
+        span_ns = last.profile.end - first.profile.start
+        return float(span_ns) * 1e-9 / self.repeats
+
+    def close(self) -> None:
+        self.sets = ()
+
+
+class OpenCLBackend:
+    """PyOpenCL on the first GPU, else the first device (PoCL's CPU device on a machine with no GPU).
+
+    ``KTUNE_OPENCL_DEVICE`` picks a device by part of its name.
+    """
+
+    name = "opencl"
+
+    def __init__(self, queue: Any | None = None) -> None:
+        self.cl = cl = _cl()
+        if queue is None:
+            dev = _pick_device(cl)
+            self.context = cl.Context([dev])
+            self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        else:
+            self.context = queue.context
+            self.queue = queue
+            dev = queue.device
+        self.cl_device = dev
+        self.device = DeviceInfo(
+            backend="opencl",
+            name=f"{dev.name.strip()} ({dev.platform.name.strip()})",
+            arch=f"{dev.version.strip()}; driver {dev.driver_version.strip()}",
+            compiler=f"{dev.platform.version.strip()}",
+            compute_units=int(dev.max_compute_units),
+            max_threads_per_block=int(dev.max_work_group_size),
+            shared_mem_per_block=int(dev.local_mem_size),
+            regs_per_block=0,
+            l2_bytes=int(dev.global_mem_cache_size),
+            global_mem_bytes=int(dev.global_mem_size),
+            warp_size=1,
+        )
+        self._flush_buf: Any = None
+        self._bandwidth: float | None = None
+        self.cache_dir: Path | None = None
+
+    def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:
+        cl = self.cl
+        options = [f"-D{k}={int(v) if isinstance(v, bool) else v}" for k, v in defines.items()]
+        if Path(filename).parent.is_dir():
+            options.append(f"-I{Path(filename).parent}")
+        kwargs: dict[str, Any] = {}
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            kwargs["cache_dir"] = str(self.cache_dir)
+        try:
+            program = cl.Program(self.context, source).build(options=options, **kwargs)
+        except cl.Error as exc:
+            log = _build_log(exc)
+            raise CompileError(f"OpenCL compile failed with {' '.join(options) or 'no options'}:\n"
+                               + annotate(log, source, filename), where=filename,
+                               hint="fix the source at the lines shown, or constrain the space so "
+                                    "these defines are not tried") from None
+        return _Program(self, program, filename)
+
+    def to_device(self, a: np.ndarray) -> Any:
+        return self.cl.array.to_device(self.queue, np.ascontiguousarray(a))
+
+    def to_host(self, a: Any) -> np.ndarray:
+        return np.asarray(a.get(queue=self.queue))
+
+    def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
+        dt = np.dtype(dtype)
+        if poison:
+            return self.to_device(np.full(tuple(shape), poison_value(dt), dtype=dt))
+        return self.cl.array.empty(self.queue, tuple(shape), dt)
+
+    def owns(self, obj: Any) -> bool:
+        return isinstance(obj, self.cl.array.Array)
+
+    def synchronize(self) -> None:
+        try:
+            self.queue.finish()
+        except self.cl.Error as exc:
+            raise LaunchError(f"the OpenCL queue reported an error: {exc}",
+                              hint="a kernel failed while running; check its indexing") from None
+
+    def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> _Timer:
+        return _Timer(self, launch_sets, repeats)
+
+    def flush_cache(self) -> None:
+        if self._flush_buf is None:
+            nbytes = max(2 * self.device.l2_bytes, 1 << 20)
+            self._flush_buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
+        self.cl.enqueue_fill_buffer(self.queue, self._flush_buf, np.uint8(1), 0, self._flush_buf.size)
+
+    def copy_bandwidth(self) -> float:
+        if self._bandwidth is None:
+            self._bandwidth = self._measure_copy()
+        return self._bandwidth
+
+    def _measure_copy(self) -> float:
+        cl = self.cl
+        nbytes = max(8 * self.device.l2_bytes, 64 << 20)
+        nbytes -= nbytes % 16
+        src = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        dst = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+        cl.enqueue_fill_buffer(self.queue, src, np.uint8(3), 0, nbytes)
+        knl = cl.Kernel(cl.Program(self.context, _COPY_SRC).build(), "ktune_copy")
+        n = np.uint64(nbytes // 16)
+        local = min(256, self.device.max_threads_per_block)
+        glob = local * self.device.compute_units * 8
+        knl.set_args(src, dst, n)
+        best = []
+        for use_kernel in (False, True):
+            times = []
+            for _ in range(6):
+                if use_kernel:
+                    ev = cl.enqueue_nd_range_kernel(self.queue, knl, (glob,), (local,))
+                else:
+                    ev = cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
+                ev.wait()
+                times.append((ev.profile.end - ev.profile.start) * 1e-9)
+            best.append(2 * nbytes / statistics.median(times[1:]))
+        src.release()
+        dst.release()
+        return max(best)
+
+    def release(self) -> None:
+        import gc
+
+        gc.collect()
+
+
+def _build_log(exc: Any) -> str:
+    # pyopencl puts the build log into the error's text; keep all of it.
+    return str(exc)

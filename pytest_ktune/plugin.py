@@ -1,0 +1,257 @@
+"""The pytest skin: options, collection of ``@ktune.target`` kernels, items and the summary.
+
+Nothing here imports numpy, CuPy or PyOpenCL unless ``--ktune`` is given.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from ._session import PerfResult, Session
+    from ._target import Case, Target
+
+SESSION_KEY = pytest.StashKey["Session"]()
+FINISH_KEY = pytest.StashKey[str]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
+    group.addoption("--ktune", action="store_true", default=False,
+                    help="collect @ktune.target kernels: a correctness and a performance item per case")
+    group.addoption("--ktune-backend", default="auto", choices=("auto", "cuda", "opencl"),
+                    help="where kernels run: cuda (CuPy), opencl (PyOpenCL), or auto: cuda when a GPU "
+                         "is visible, else opencl (default: auto)")
+    group.addoption("--ktune-threshold", default="median:5%", metavar="STAT:PCT",
+                    help="how much slower than its baseline a kernel may get before its performance "
+                         "item fails, once confirmed by A/B (default: median:5%%)")
+    group.addoption("--ktune-update-baseline", action="store_true", default=False,
+                    help="record the measured timings as the new baselines in the params file")
+    group.addoption("--ktune-seed", type=int, default=None,
+                    help="base seed for the random inputs (default: a new one each run, shown in the header)")
+    group.addoption("--ktune-params", default=None, metavar="PATH",
+                    help="the params file (default: ktune-params.json at the rootdir; ini: ktune_params)")
+    parser.addini("ktune_params", "path of the params file, relative to the rootdir",
+                  default="ktune-params.json")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped with a reason where none is)")
+    config.addinivalue_line("markers", "ktune: an item collected by pytest-ktune")
+    config.addinivalue_line("markers", "ktune_correctness: a pytest-ktune correctness item")
+    config.addinivalue_line("markers", "ktune_performance: a pytest-ktune performance item")
+    if not config.getoption("ktune"):
+        return
+    from ._errors import KtuneError
+    from ._gate import Threshold
+    from ._session import Session, Settings
+
+    try:
+        threshold = Threshold.parse(config.getoption("ktune_threshold"))
+    except KtuneError as exc:
+        raise pytest.UsageError(f"--ktune-threshold: {exc.render()}") from None
+    root = Path(config.rootpath)
+    option = config.getoption("ktune_params")
+    params = Path(option).resolve() if option else root / str(config.getini("ktune_params"))
+    seed = config.getoption("ktune_seed")
+    settings = Settings(
+        root=root, params_path=params, backend=config.getoption("ktune_backend"), threshold=threshold,
+        update_baseline=config.getoption("ktune_update_baseline"),
+        seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**31),
+    )
+    config.stash[SESSION_KEY] = Session(settings)
+
+
+def _session(config: pytest.Config) -> Session | None:
+    return config.stash.get(SESSION_KEY, None)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    session = _session(config)
+    if session is None:
+        return None
+    s = session.settings
+    lines = [f"ktune: seed {s.seed} (rerun with --ktune-seed {s.seed}), threshold {s.threshold}, "
+             f"params {s.params_path}"]
+    from ._session import Skip
+
+    try:
+        b = session.backend()
+        lines.append(f"ktune: backend {b.name} on {b.device.name} ({b.device.arch}; {b.device.compiler})")
+    except Skip as exc:
+        lines.append(f"ktune: backend {session.backend_name} unavailable: {exc}")
+    if session.store_error is not None:
+        lines.append(f"ktune: WARNING {session.store_error.render()}")
+    return lines
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if _session(parent.config) is None or file_path.suffix != ".py":
+        return None
+    try:
+        text = file_path.read_text(errors="replace")
+    except OSError:
+        return None
+    if "ktune" not in text or ".target(" not in text:
+        return None
+    return KtuneModule.from_parent(parent, path=file_path)
+
+
+class KtuneModule(pytest.Module):
+    """A Python file that defines ``@ktune.target`` kernels; one collector per target."""
+
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:  # type: ignore[override]
+        from ._target import Target
+
+        module = self.obj
+        for name, value in sorted(vars(module).items()):
+            if isinstance(value, Target) and value.module == module.__name__:
+                yield TargetCollector.from_parent(self, name=value.name, target=value)
+        del name
+
+
+class TargetCollector(pytest.Collector):
+    """The items of one target: a correctness and a performance item per case."""
+
+    def __init__(self, *, target: Target, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+
+    def collect(self) -> Iterator[pytest.Item]:
+        from ._errors import KtuneError
+
+        session = _session(self.config)
+        assert session is not None
+        backend = session.backend_name
+        for i, case in enumerate(self.target.cases):
+            try:
+                case_id = self.target.case_id(case)
+            except KtuneError as exc:
+                yield BrokenItem.from_parent(self, name=f"case{i}", error=exc)
+                continue
+            for cls in (CorrectnessItem, PerformanceItem):
+                item = cls.from_parent(self, name=f"{cls.kind}[{case_id}]", target=self.target, case=case)
+                item.add_marker("ktune")
+                item.add_marker(f"ktune_{cls.marker}")
+                if backend == "cuda":
+                    item.add_marker("gpu")
+                yield item
+
+
+class _KtuneItem(pytest.Item):
+    kind = ""
+    marker = ""
+
+    def __init__(self, *, target: Target, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.case = case
+
+    @property
+    def session_(self) -> Session:
+        s = _session(self.config)
+        assert s is not None
+        return s
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.target.file, None, f"{self.target.name}::{self.name}"
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str | Any:
+        from ._errors import KtuneError
+        from ._session import Regression
+
+        if isinstance(excinfo.value, (KtuneError, Regression)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def _run(self, fn: Any) -> Any:
+        from ._session import Skip
+
+        try:
+            return fn(self.target, self.case)
+        except Skip as exc:
+            pytest.skip(str(exc))
+
+
+class CorrectnessItem(_KtuneItem):
+    """Fresh random inputs, poisoned outputs, compared with the reference."""
+
+    kind = "correct"
+    marker = "correctness"
+
+    def runtest(self) -> None:
+        notes = self._run(self.session_.check)
+        for note in notes:
+            self.user_properties.append(("ktune", note))
+
+
+class PerformanceItem(_KtuneItem):
+    """Timed against the recorded baseline; a regression is confirmed by same-run A/B."""
+
+    kind = "perf"
+    marker = "performance"
+
+    def runtest(self) -> None:
+        result: PerfResult = self._run(self.session_.perf)
+        self.user_properties.append(("ktune_time_us", result.time_us))
+        self.user_properties.append(("ktune_verdict", result.verdict))
+        if result.note:
+            self.user_properties.append(("ktune_note", result.note))
+
+
+class BrokenItem(pytest.Item):
+    """Stands in for a case whose id could not be computed, so the error shows and the run goes on."""
+
+    def __init__(self, *, error: Exception, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | Any:
+        return str(excinfo.value)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, self.name
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    s = _session(session.config)
+    if s is None:
+        return
+    line = s.finish()
+    if line:
+        session.config.stash[FINISH_KEY] = line
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    s = _session(config)
+    if s is None:
+        return
+    from ._report import summary_table
+
+    if s.results:
+        terminalreporter.section("ktune summary")
+        for line in summary_table(s.results):
+            terminalreporter.write_line(line)
+        missing = [r for r in s.results if r.verdict == "no baseline"]
+        notes = [r for r in s.results if r.note and r.verdict != "no baseline"]
+        if notes or missing:
+            terminalreporter.write_line("")
+        for r in notes:
+            terminalreporter.write_line(f"{r.target}[{r.case}]: {r.note}")
+        if missing:
+            terminalreporter.write_line(
+                f"{len(missing)} case(s) have no baseline for this device: run with "
+                "--ktune-update-baseline to record them in the params file")
+    line = config.stash.get(FINISH_KEY, None)
+    if line:
+        terminalreporter.write_line(f"ktune: {line}")
