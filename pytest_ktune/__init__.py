@@ -22,7 +22,11 @@ _EXPORTS = {
     "bucket": "_target", "target": "_target",
 }
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+__all__ = [
+    "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "LaunchError",
+    "MismatchError", "ReferenceShapeError", "Space", "SpaceError", "StoreError", "Target",
+    "Tensor", "Tolerance", "__version__", "bucket", "cdiv", "target",
+]
 
 if TYPE_CHECKING:
     from ._errors import (

@@ -33,7 +33,8 @@ class Kernel:
     poison: bool = False
     recorded: list[Launch] = field(default_factory=list)
 
-    def __getitem__(self, name: str) -> Value:
+    def __getitem__(self, name: str) -> Any:
+        """A parameter's value, as the Space declares it (``kernel["BLOCK"]``)."""
         return self.params[name]
 
     @property

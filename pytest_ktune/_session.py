@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from . import _git
+from . import __version__, _git
 from ._bench import BenchConfig, Measurement, measure, measure_ab, rotation_for, should_flush
 from ._errors import BackendUnavailable, KtuneError, StoreError
 from ._gate import Confirmation, Threshold, confirm, screen
@@ -53,6 +52,39 @@ class PerfResult:
     copy_fraction: float | None
     verdict: str
     note: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """A summary row being filled in; ``result`` completes it."""
+
+    target: str
+    case: str
+    backend: str
+    device: str
+    time_us: float | None
+    gbps: float | None
+    copy_fraction: float | None
+    baseline_us: float | None = None
+    ratio: float | None = None
+
+    def result(self, *, verdict: str, note: str = "", baseline_us: float | None = None,
+               ratio: float | None = None) -> PerfResult:
+        return PerfResult(target=self.target, case=self.case, backend=self.backend, device=self.device,
+                          time_us=self.time_us, gbps=self.gbps, copy_fraction=self.copy_fraction,
+                          baseline_us=self.baseline_us if baseline_us is None else baseline_us,
+                          ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One case of one target on one backend, with its id and tuning key."""
+
+    backend: Backend
+    target: Target
+    case: Case
+    case_id: str
+    key: dict[str, Any]
 
 
 class Skip(Exception):
@@ -121,13 +153,13 @@ class Session:
         rec = self.record(target, backend, key)
         return dict(rec.params) if rec else dict(target.default)
 
-    def _prepare(self, target: Target, case: Case) -> tuple[Backend, str, dict[str, Any]]:
+    def _prepare(self, target: Target, case: Case) -> Job:
         backend = self.backend()
         if not case.runs_on(backend.name):
             raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {backend.name}")
         if backend.name not in target.sources:
             raise Skip(f"{target.name} has no {backend.name} source; add one to sources= to run it here")
-        return backend, target.case_id(case), target.case_key(case)
+        return Job(backend, target, case, target.case_id(case), target.case_key(case))
 
     # -- correctness -----------------------------------------------------
     def check(self, target: Target, case: Case) -> list[str]:
@@ -136,152 +168,148 @@ class Session:
         Returns notes for the report; raises MismatchError, CompileError,
         LaunchError or SpaceError on failure.
         """
-        backend, case_id, key = self._prepare(target, case)
-        params = self.params(target, backend, key)
-        configs = [params] if params == dict(target.default) else [params, dict(target.default)]
+        job = self._prepare(target, case)
+        params = self.params(target, job.backend, job.key)
+        default = dict(target.default)
+        configs = [("default", default)]
+        if params != default:
+            configs.insert(0, ("recorded", params))
         notes = []
-        for i, cfg in enumerate(configs):
-            target.check_config(cfg, key, "recorded configuration" if i == 0 and len(configs) == 2
-                                else "default configuration")
-            seed = case_seed(self.settings.seed, target, case_id, f"check{i}")
-            self._verify_once(backend, target, case, case_id, cfg, seed)
-            notes.append(f"{'recorded' if i == 0 and len(configs) == 2 else 'default'} {cfg}: ok")
+        for label, cfg in configs:
+            target.check_config(cfg, job.key, f"{label} configuration")
+            self._verify_once(job, cfg, case_seed(self.settings.seed, target, job.case_id, f"check-{label}"))
+            notes.append(f"{label} {cfg}: ok")
         if self.store_error is not None:
             notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
         return notes
 
-    def _verify_once(self, backend: Backend, target: Target, case: Case, case_id: str,
-                     params: Mapping[str, Value], seed: int, source: str | None = None) -> list[Launch]:
-        host = draw_inputs(case, seed)
-        expected = call_reference(target, host)
-        dev = upload(backend, host)
-        result, launches = run(backend, target, params, dev, poison=True, source=source)
-        backend.synchronize()
-        got = to_host_tree(backend, result)
+    def _verify_once(self, job: Job, params: Mapping[str, Value], seed: int,
+                     source: str | None = None) -> list[Launch]:
+        host = draw_inputs(job.case, seed)
+        expected = call_reference(job.target, host)
+        result, launches = run(job.backend, job.target, params, upload(job.backend, host), poison=True,
+                               source=source)
+        job.backend.synchronize()
+        got = to_host_tree(job.backend, result)
         repro = (f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs "
                  f"(case seed {seed})")
-        check_outputs(target, case_id, got, expected, seed, backend.name, repro=repro)
+        check_outputs(job.target, job.case_id, got, expected, seed=seed, backend=job.backend.name,
+                      repro=repro)
         return launches
 
     # -- performance -----------------------------------------------------
-    def _launch_sets(self, backend: Backend, target: Target, case: Case, case_id: str,
-                     params: Mapping[str, Value], label: str, source: str | None = None
-                     ) -> tuple[list[list[Launch]], int, bool]:
-        """Launch sets for timing: the first verified, the rest on fresh inputs to rotate the cache."""
-        seed = case_seed(self.settings.seed, target, case_id, f"perf-{label}")
-        first = self._verify_once(backend, target, case, case_id, params, seed, source)
-        bound = target.case_args(case)
-        work = target.bytes_for(bound) or 2 * case.input_bytes
-        l2 = backend.device.l2_bytes
-        k = rotation_for(work, l2, case.warm_cache)
-        sets = [first]
-        for j in range(1, k):
-            host = draw_inputs(case, seed + j)
-            _, launches = run(backend, target, params, upload(backend, host), source=source)
+    def _launch_sets(self, job: Job, params: Mapping[str, Value], label: str,
+                     source: str | None = None) -> tuple[list[list[Launch]], bool]:
+        """Launch sets for timing: the first verified, the rest on fresh inputs to rotate the cache.
+
+        Returns the sets and whether to flush the cache between samples.
+        """
+        seed = case_seed(self.settings.seed, job.target, job.case_id, f"perf-{label}")
+        sets = [self._verify_once(job, params, seed, source)]
+        work = job.target.bytes_for(job.target.case_args(job.case)) or 2 * job.case.input_bytes
+        l2 = job.backend.device.l2_bytes
+        for j in range(1, rotation_for(work, l2, job.case.warm_cache)):
+            host = draw_inputs(job.case, seed + j)
+            _, launches = run(job.backend, job.target, params, upload(job.backend, host), source=source)
             sets.append(launches)
-        backend.synchronize()
-        return sets, work, should_flush(work, l2, case.warm_cache)
+        job.backend.synchronize()
+        return sets, should_flush(work, l2, job.case.warm_cache)
 
     def perf(self, target: Target, case: Case) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
-        backend, case_id, key = self._prepare(target, case)
+        job = self._prepare(target, case)
         if self.store_error is not None:
             raise self.store_error
-        tid = self.target_id(target)
-        dev = backend.device
-        params = self.params(target, backend, key)
-        target.check_config(params, key, "recorded configuration")
-        cfg = self.bench_config(backend)
+        backend = job.backend
+        params = self.params(target, backend, job.key)
+        target.check_config(params, job.key, "recorded configuration")
         try:
-            sets, _, flush = self._launch_sets(backend, target, case, case_id, params, "current")
-            m = measure(backend, sets, cfg, flush=flush)
+            sets, flush = self._launch_sets(job, params, "current")
+            m = measure(backend, sets, self.bench_config(backend), flush=flush)
             del sets
         finally:
             backend.release()
         bytes_moved = target.bytes_for(target.case_args(case))
         gbps = bytes_moved / m.median / 1e9 if bytes_moved else None
         frac = gbps * 1e9 / backend.copy_bandwidth() if gbps else None
-        rec = self.record(target, backend, key)
+        rec = self.record(target, backend, job.key)
         base = rec.baseline if rec else None
-        timing = base.timings.get(case_id) if base else None
-        row = dict(target=target.name, case=case_id, backend=backend.name, device=dev.name,
-                   time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac)
+        timing = base.timings.get(job.case_id) if base else None
+        row = Row(target=target.name, case=job.case_id, backend=backend.name, device=backend.device.name,
+                  time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac)
 
         if self.settings.update_baseline:
-            self._queue_baseline(target, tid, dev.id, key, params, case_id, m, gbps)
+            self._queue_baseline(job, params, m, gbps)
             note = "baseline recorded" if timing is None else (
                 f"baseline updated (was {timing.median_us:.2f} µs)")
-            return self._add(PerfResult(**row, baseline_us=timing.median_us if timing else None,
+            return self._add(row.result(baseline_us=timing.median_us if timing else None,
                                         ratio=m.median * 1e6 / timing.median_us if timing else None,
                                         verdict="recorded", note=note))
         if base is None or timing is None:
-            return self._add(PerfResult(**row, baseline_us=None, ratio=None, verdict="no baseline",
+            return self._add(row.result(verdict="no baseline",
                                         note="no baseline recorded: run with --ktune-update-baseline "
                                              "to record one"))
         s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, self.settings.threshold)
-        row.update(baseline_us=timing.median_us, ratio=s.ratio)
+        row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
         if not s.suspect:
-            verdict = "faster" if s.ratio < 1 - self.settings.threshold.fraction and m.ci[1] < \
-                timing.ci_low_us * 1e-6 else "ok"
-            return self._add(PerfResult(**row, verdict=verdict))
-        return self._confirm(target, case, case_id, backend, params, base, m, row)
+            faster = s.ratio < 1 - self.settings.threshold.fraction and m.ci[1] < timing.ci_low_us * 1e-6
+            return self._add(row.result(verdict="faster" if faster else "ok"))
+        return self._confirm(job, params, base, m, row)
 
-    def _confirm(self, target: Target, case: Case, case_id: str, backend: Backend,
-                 params: Mapping[str, Value], base: Baseline, m: Measurement,
-                 row: dict[str, Any]) -> PerfResult:
+    def _confirm(self, job: Job, params: Mapping[str, Value], base: Baseline, m: Measurement,
+                 row: Row) -> PerfResult:
         threshold = self.settings.threshold
+        target, backend = job.target, job.backend
         current_hash = target.source_hash(backend.name)
         same_source = current_hash == base.source_hash
-        numbers = (f"{_fmt_us(m.median)} against a baseline of {base.timings[case_id].median_us:.2f} µs "
-                   f"(x{row['ratio']:.3f}, threshold {threshold})")
+        numbers = (f"{_fmt_us(m.median)} against a baseline of {base.timings[job.case_id].median_us:.2f} µs "
+                   f"(x{row.ratio:.3f}, threshold {threshold})")
         if same_source and dict(base.params) == dict(params):
-            return self._add(PerfResult(**row, verdict="drift", note=(
+            return self._add(row.result(verdict="drift", note=(
                 f"{numbers}, but the source and parameters are those of the baseline: "
                 "the machine differs from the one that recorded it, or is noisy")))
         old_source: str | None = None
         if not same_source:
-            old_source = _git.file_at(self.settings.root, base.commit, target.source_path(backend.name)) \
-                if base.commit else None
+            if base.commit:
+                old_source = _git.file_at(self.settings.root, base.commit, target.source_path(backend.name))
             if old_source is None or source_hash(old_source) != base.source_hash:
-                self._add(PerfResult(**row, verdict="REGRESSION", note="unconfirmed: old source not in git"))
+                self._add(row.result(verdict="REGRESSION", note="unconfirmed: old source not in git"))
                 raise Regression(
-                    f"{target.name}[{case_id}] on {backend.device.name}: {numbers}. The source changed "
+                    f"{target.name}[{job.case_id}] on {backend.device.name}: {numbers}. The source changed "
                     f"since the baseline, and git holds no copy of the baseline's source at commit "
                     f"{base.commit or '(none recorded)'}, so the slowdown could not be confirmed A/B. "
                     "Record baselines from committed sources, or run with --ktune-update-baseline "
                     "if the slowdown is accepted.")
         try:
-            sets_a, _, flush = self._launch_sets(backend, target, case, case_id, params, "ab-current")
-            sets_b, _, _ = self._launch_sets(backend, target, case, case_id, base.params, "ab-baseline",
-                                             source=old_source)
+            sets_a, flush = self._launch_sets(job, params, "ab-current")
+            sets_b, _ = self._launch_sets(job, base.params, "ab-baseline", source=old_source)
             a, b = measure_ab(backend, sets_a, sets_b, self.bench_config(backend), flush=flush)
             del sets_a, sets_b
         finally:
             backend.release()
         c: Confirmation = confirm(a, b, threshold)
-        ab_text = (f"same-run A/B: current {_fmt_us(a.median)} vs baseline's "
+        ab_text = (f"same-run A/B: current {_fmt_us(a.median)} vs the baseline's "
                    f"{'source and ' if not same_source else ''}parameters {_fmt_us(b.median)}: "
                    f"x{c.ratio:.3f}, p={c.p_value:.2g}")
         if not c.confirmed:
-            return self._add(PerfResult(**row, verdict="ok", note=f"screen flagged {numbers}; {ab_text}: "
-                                                                  "not a regression"))
-        self._add(PerfResult(**{**row, "ratio": c.ratio}, verdict="REGRESSION", note=ab_text))
+            return self._add(row.result(verdict="ok", note=f"screen flagged {numbers}; {ab_text}: "
+                                                           "not a regression"))
+        self._add(replace(row, ratio=c.ratio).result(verdict="REGRESSION", note=ab_text))
         changed = []
         if not same_source:
             changed.append(f"source {base.source_hash} -> {current_hash}")
         if dict(base.params) != dict(params):
             changed.append(f"parameters {dict(base.params)} -> {dict(params)}")
         raise Regression(
-            f"{target.name}[{case_id}] on {backend.device.name} regressed: {numbers}; confirmed by "
+            f"{target.name}[{job.case_id}] on {backend.device.name} regressed: {numbers}; confirmed by "
             f"{ab_text}. Changed since the baseline (commit {(base.commit or 'none')[:12]}): "
-            f"{'; '.join(changed)}. Fix the kernel, tune it (--ktune-tune), or accept the new "
-            "time with --ktune-update-baseline.")
+            f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
+            "--ktune-update-baseline.")
 
-    def _queue_baseline(self, target: Target, tid: str, device: str, key: Mapping[str, Any],
-                        params: Mapping[str, Value], case_id: str, m: Measurement,
+    def _queue_baseline(self, job: Job, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
-        backend_name = self.backend().name
-        path = target.source_path(backend_name)
+        target, backend = job.target, job.backend
+        path = target.source_path(backend.name)
         timing = Timing(median_us=round(m.median * 1e6, 4), iqr_us=round(m.iqr * 1e6, 4),
                         ci_low_us=round(m.ci[0] * 1e6, 4), ci_high_us=round(m.ci[1] * 1e6, 4),
                         samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
@@ -293,19 +321,19 @@ class Session:
             rel = path.relative_to(root.resolve()).as_posix()
         except ValueError:
             rel = str(path)
-        ident = (tid, device, ",".join(f"{k}={key[k]}" for k in sorted(key)))
-        prev = self.updates.get(ident) or (self.store.records.get(ident) if self.store else None)
+        rec = Record(target=self.target_id(target), device=backend.device.id, key=dict(job.key),
+                     params=dict(params))
+        prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
+        src_hash = target.source_hash(backend.name)
         timings: dict[str, Timing] = {}
         if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
-                and prev.baseline.source_hash == target.source_hash(backend_name):
+                and prev.baseline.source_hash == src_hash:
             timings.update(prev.baseline.timings)
-        timings[case_id] = timing
-        baseline = Baseline(params=dict(params), source_hash=target.source_hash(backend_name),
-                            source_path=rel, commit=commit,
+        timings[job.case_id] = timing
+        baseline = Baseline(params=dict(params), source_hash=src_hash, source_path=rel, commit=commit,
                             date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                             ktune_version=__version__, timings=timings)
-        self.updates[ident] = Record(target=tid, device=device, key=dict(key), params=dict(params),
-                                     baseline=baseline)
+        self.updates[rec.ident] = replace(rec, baseline=baseline)
 
     def _add(self, r: PerfResult) -> PerfResult:
         self.results.append(r)

@@ -203,7 +203,7 @@ class Store:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
-            os.replace(tmp, self.path)
+            Path(tmp).replace(self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -24,7 +24,7 @@ def bucket(n: int) -> int:
     that 100 and 120 tokens share one tuned entry."""
     if n <= 1:
         return 1
-    return 1 << (int(n) - 1).bit_length()
+    return int(1 << (int(n) - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * int(np.dtype(self.dtype).itemsize)
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         dt = np.dtype(self.dtype)
@@ -128,7 +128,7 @@ class Case:
     warm_cache: bool = False
     backends: tuple[str, ...] | None = None
 
-    def __init__(self, *, id: str | None = None, warm_cache: bool = False,  # noqa: A002
+    def __init__(self, *, id: str | None = None, warm_cache: bool = False,
                  backends: Sequence[str] | None = None, **args: Any) -> None:
         object.__setattr__(self, "args", dict(args))
         object.__setattr__(self, "id", id)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import MismatchError, ReferenceShapeError
-from ._target import Case, Target, Tensor, tolerance_for
+from ._target import Case, Target, Tensor, Tolerance, tolerance_for
 
 
 def case_seed(base: int, target: Target, case_id: str, purpose: str = "check") -> int:
@@ -44,8 +44,8 @@ class Comparison:
     ok: bool
 
 
-def compare_one(out: np.ndarray, ref: np.ndarray, index: int, tol_norm: float, atol: float,
-                rtol: float) -> Comparison:
+def compare_one(out: np.ndarray, ref: np.ndarray, index: int, tol: Tolerance) -> Comparison:
+    tol_norm, atol, rtol = tol.norm, tol.atol, tol.rtol
     o = out.astype(np.float64)
     r = ref.astype(np.float64)
     diff = np.abs(o - r)
@@ -67,7 +67,7 @@ def compare_one(out: np.ndarray, ref: np.ndarray, index: int, tol_norm: float, a
     )
 
 
-def check_outputs(target: Target, case_id: str, got: Any, expected: Any, seed: int,
+def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed: int,
                   backend: str, repro: str = "") -> list[Comparison]:
     """Compare the kernel's outputs with the reference's; raise MismatchError on disagreement."""
     outs, refs = _as_outputs(got), _as_outputs(expected)
@@ -89,7 +89,7 @@ def check_outputs(target: Target, case_id: str, got: Any, expected: Any, seed: i
                 hint="return the reference in the output's dtype family (compute in float64, "
                      "then cast)")
         tol = tolerance_for(o.dtype, target.tolerance)
-        results.append(compare_one(o, r, i, tol.norm, tol.atol, tol.rtol))
+        results.append(compare_one(o, r, i, tol))
     failed = [c for c in results if not c.ok]
     if failed:
         lines = [f"case {case_id} on {backend}: output disagrees with the reference (seed {seed})"]

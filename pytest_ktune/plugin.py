@@ -105,14 +105,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 class KtuneModule(pytest.Module):
     """A Python file that defines ``@ktune.target`` kernels; one collector per target."""
 
-    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:  # type: ignore[override]
+    def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         from ._target import Target
 
         module = self.obj
-        for name, value in sorted(vars(module).items()):
+        for _, value in sorted(vars(module).items()):
             if isinstance(value, Target) and value.module == module.__name__:
                 yield TargetCollector.from_parent(self, name=value.name, target=value)
-        del name
 
 
 class TargetCollector(pytest.Collector):
@@ -252,6 +251,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"{len(missing)} case(s) have no baseline for this device: run with "
                 "--ktune-update-baseline to record them in the params file")
-    line = config.stash.get(FINISH_KEY, None)
+    line = config.stash.get(FINISH_KEY, "")
     if line:
         terminalreporter.write_line(f"ktune: {line}")

@@ -13,7 +13,8 @@ def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """RMSNorm in float64."""
     x64 = x.astype(np.float64)
     rms = np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
-    return x64 / rms * w.astype(np.float64)
+    out: np.ndarray = x64 / rms * w.astype(np.float64)
+    return out
 
 
 def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:

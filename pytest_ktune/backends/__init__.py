@@ -7,8 +7,18 @@ from typing import Any
 from .._errors import BackendUnavailable
 from .base import Backend, DeviceInfo, KernelFunction, Launch, Program, Resources, Timer
 
-__all__ = ["Backend", "DeviceInfo", "KernelFunction", "Launch", "Program", "Resources", "Timer",
-           "create", "resolve", "backend_for"]
+__all__ = [
+    "Backend",
+    "DeviceInfo",
+    "KernelFunction",
+    "Launch",
+    "Program",
+    "Resources",
+    "Timer",
+    "backend_for",
+    "create",
+    "resolve",
+]
 
 _INSTANCES: dict[str, Backend] = {}
 

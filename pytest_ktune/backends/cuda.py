@@ -15,7 +15,8 @@ from .._errors import BackendUnavailable, CompileError, LaunchError
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value
 
-INSTALL_HINT = "pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) on a machine with an NVIDIA GPU"
+INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
+                "on a machine with an NVIDIA GPU")
 
 _COPY_SRC = r"""
 extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
@@ -282,7 +283,7 @@ class CudaBackend:
             best.append(2 * nbytes / statistics.median(times[2:]))
         del src, dst
         self.release()
-        return max(best)
+        return float(max(best))
 
     def release(self) -> None:
         self.cp.get_default_memory_pool().free_all_blocks()

@@ -27,7 +27,7 @@ __kernel void ktune_copy(__global const float4* restrict src, __global float4* r
 def _cl() -> Any:
     try:
         import pyopencl as cl
-        import pyopencl.array  # noqa: F401
+        import pyopencl.array
     except ImportError as exc:
         raise BackendUnavailable(f"the OpenCL backend needs pyopencl ({exc})", hint=INSTALL_HINT) from None
     return cl
@@ -134,7 +134,6 @@ class _Timer:
 
     def sample(self, flush: bool) -> float:
         cl = self.backend.cl
-        q = self.backend.queue
         if flush:
             self.backend.flush_cache()
         gate = cl.UserEvent(self.backend.context)
@@ -171,7 +170,8 @@ class OpenCLBackend:
         if queue is None:
             dev = _pick_device(cl)
             self.context = cl.Context([dev])
-            self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+            profiling = cl.command_queue_properties.PROFILING_ENABLE
+            self.queue = cl.CommandQueue(self.context, properties=profiling)
         else:
             self.context = queue.context
             self.queue = queue
@@ -274,7 +274,7 @@ class OpenCLBackend:
             best.append(2 * nbytes / statistics.median(times[1:]))
         src.release()
         dst.release()
-        return max(best)
+        return float(max(best))
 
     def release(self) -> None:
         import gc
