@@ -48,6 +48,7 @@ class Measurement:
     repeats: int
     flushed: bool
     rotation: int
+    mode: str = ""
 
     @property
     def median(self) -> float:
@@ -119,7 +120,7 @@ def measure(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig
             samples.append(timer.sample(flush) / len(sets))
             n = len(samples)
             if n >= cfg.min_samples:
-                m = Measurement(tuple(samples), repeats, flush, len(sets))
+                m = Measurement(tuple(samples), repeats, flush, len(sets), timer.mode)
                 if m.rel_ci <= cfg.ci_target or n >= cfg.max_samples:
                     return m
                 if time.perf_counter() - start > cfg.max_time_s:
@@ -147,8 +148,8 @@ def measure_ab(backend: Backend, sets_a: Sequence[Sequence[Launch]], sets_b: Seq
                 out.append(timer.sample(flush) / nsets)
             i += 1
             if len(a) >= cfg.min_samples:
-                ma = Measurement(tuple(a), repeats, flush, len(sets_a))
-                mb = Measurement(tuple(b), repeats, flush, len(sets_b))
+                ma = Measurement(tuple(a), repeats, flush, len(sets_a), ta.mode)
+                mb = Measurement(tuple(b), repeats, flush, len(sets_b), tb.mode)
                 precise = max(ma.rel_ci, mb.rel_ci) <= cfg.ci_target
                 if precise or len(a) >= cfg.max_samples or time.perf_counter() - start > 2 * cfg.max_time_s:
                     return ma, mb

@@ -25,6 +25,9 @@ class Threshold:
             raise KtuneError(f"cannot read the threshold {text!r}",
                              hint="write it as median:5% (or median:0.05)")
         value = float(m.group(2))
+        if not m.group(3) and value >= 1:
+            raise KtuneError(f"the threshold {text!r} has no % sign and is not a fraction below 1",
+                             hint=f"write median:{m.group(2)}% for {m.group(2)} percent")
         fraction = value / 100 if m.group(3) else value
         if not 0 < fraction < 10:
             raise KtuneError(f"the threshold {text!r} is out of range",

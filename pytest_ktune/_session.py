@@ -133,7 +133,8 @@ class Session:
             except BackendUnavailable as exc:
                 self._backend_error = exc
         if self._backend_error is not None:
-            raise Skip(self._backend_error.render())
+            err = self._backend_error
+            raise Skip(f"{err.message}; next step: {err.hint}" if err.hint else err.message)
         assert self._backend is not None
         return self._backend
 
@@ -175,10 +176,14 @@ class Session:
         if params != default:
             configs.insert(0, ("recorded", params))
         notes = []
-        for label, cfg in configs:
-            target.check_config(cfg, job.key, f"{label} configuration")
-            self._verify_once(job, cfg, case_seed(self.settings.seed, target, job.case_id, f"check-{label}"))
-            notes.append(f"{label} {cfg}: ok")
+        try:
+            for label, cfg in configs:
+                target.check_config(cfg, job.key, f"{label} configuration")
+                seed = case_seed(self.settings.seed, target, job.case_id, f"check-{label}")
+                self._verify_once(job, cfg, seed)
+                notes.append(f"{label} {cfg}: ok")
+        finally:
+            job.backend.release()
         if self.store_error is not None:
             notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
         return notes

@@ -90,13 +90,25 @@ def target_id(target: Target, root: Path) -> str:
     return f"{rel}::{target.name}"
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _parse_timing(raw: Any, where: str) -> Timing:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not an object")
     try:
-        return Timing(**raw)
+        timing = Timing(**raw)
     except TypeError as exc:
         raise ValueError(f"{where}: {exc}") from None
+    for name in ("median_us", "iqr_us", "ci_low_us", "ci_high_us"):
+        if not _is_number(getattr(timing, name)):
+            raise ValueError(f"{where}: {name} is {getattr(timing, name)!r}, not a number")
+    if not isinstance(timing.samples, int) or isinstance(timing.samples, bool):
+        raise ValueError(f"{where}: samples is {timing.samples!r}, not an integer")
+    if timing.gbps is not None and not _is_number(timing.gbps):
+        raise ValueError(f"{where}: gbps is {timing.gbps!r}, not a number or null")
+    return timing
 
 
 def _require(raw: dict[str, Any], fields: dict[str, type], where: str) -> None:

@@ -241,7 +241,10 @@ class Target:
 
     def check_config(self, config: Config, key: Mapping[str, Any], what: str) -> None:
         """Raise a SpaceError if ``config`` is not a valid point for ``key``."""
-        self.space.check_names(list(key))
+        try:
+            self.space.check_names(list(key))
+        except SpaceError as exc:  # the Space does not know which target it belongs to
+            raise SpaceError(exc.message, where=self.where, hint=exc.hint) from None
         broken = self.space.violated(config, key)
         if not broken:
             return

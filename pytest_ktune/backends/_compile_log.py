@@ -7,6 +7,8 @@ import re
 _LINE_REFS = (
     re.compile(r"[(:](\d+)[):](?:(\d+):)?\s*(?:fatal )?error"),
     re.compile(r"\((\d+)\): error"),
+    # PoCL puts "error:" first: "error: /tmp/.../tempfile.cl:3:14: use of undeclared identifier".
+    re.compile(r"\berror:\s+\S+?:(\d+):(\d+):"),
 )
 
 

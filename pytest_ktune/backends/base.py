@@ -73,6 +73,7 @@ class Timer(Protocol):
     """Times repeated replays of recorded launch sets; built by ``Backend.timer``."""
 
     repeats: int
+    mode: str  # how a sample is replayed: "graph", "events" (CUDA) or "queue" (OpenCL)
 
     def sample(self, flush: bool) -> float:
         """Seconds for one pass over the launch sets, averaged over ``repeats`` passes."""

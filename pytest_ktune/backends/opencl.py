@@ -131,6 +131,7 @@ class _Timer:
         self.backend = backend
         self.sets = launch_sets
         self.repeats = repeats
+        self.mode = "queue"
 
     def sample(self, flush: bool) -> float:
         cl = self.backend.cl

@@ -1,0 +1,110 @@
+"""What the benchmark scripts share: the repository on sys.path, run facts, result files."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import platform
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def add_repo_to_path() -> None:
+    """Make ``pytest_ktune``, ``ktune`` and ``example_project`` importable without installing them."""
+    root = str(ROOT)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+
+
+def command_line() -> str:
+    """The command as typed, with the script named relative to the repository."""
+    script = Path(sys.argv[0])
+    try:
+        shown = script.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        shown = script.name
+    return shlex.join(["python3", shown, *sys.argv[1:]])
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def versions() -> dict[str, str]:
+    """Python, the platform, and the version of each array library this process imported."""
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for name in ("numpy", "cupy", "torch", "pyopencl", "triton"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            out[name] = str(getattr(mod, "VERSION_TEXT", None) or getattr(mod, "__version__", "?"))
+    return out
+
+
+def us(seconds: float | None, digits: int = 4) -> float | None:
+    """Seconds as microseconds, rounded for the JSON file."""
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return round(seconds * 1e6, digits)
+
+
+def fmt_us(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    v = seconds * 1e6
+    return f"{v:.2f}" if v < 1000 else f"{v:,.1f}"
+
+
+def fmt_num(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+
+
+def geomean(values: list[float]) -> float | None:
+    good = [v for v in values if v > 0 and math.isfinite(v)]
+    if not good:
+        return None
+    return math.exp(sum(math.log(v) for v in good) / len(good))
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def jsonable(value: Any) -> Any:
+    """Numpy scalars, paths and tuples as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):
+        return jsonable(value.item())
+    return str(value)
+
+
+def write_results(json_path: Path, data: Mapping[str, Any], markdown: str) -> Path:
+    """Write ``data`` to ``json_path`` and ``markdown`` beside it (same stem, ``.md``); return the latter."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(jsonable(data), indent=1) + "\n")
+    md_path = json_path.with_suffix(".md")
+    md_path.write_text(markdown.rstrip() + "\n")
+    return md_path
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)

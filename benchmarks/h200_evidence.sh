@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU evidence, in one or more steps, on a machine with an NVIDIA GPU and no network.
+# pytest-ktune and the wheels it lacks there travel in .whl/ (bash ../shared/device/wheels.sh,
+# then `pip wheel --no-deps -w .whl .`). Each step writes its log to $OUT (default benchmarks/results/raw).
+# Usage: bash benchmarks/h200_evidence.sh STEP...   with STEP one of:
+#   tests     the CUDA contract suite and the unit tests, on the GPU
+#   record    pytest --ktune example_project --ktune-update-baseline (a copy; its params file to $OUT)
+#   gate      pytest --ktune example_project against those baselines (the merge gate)
+#   timing    benchmarks/check_timing.py
+#   kernels   benchmarks/bench_kernels.py
+set -uo pipefail
+OUT=${OUT:-benchmarks/results/raw}
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
+rc=0
+for step in "$@"; do
+    case $step in
+    tests)
+        { header pytest tests/contract tests/unit -rs; python3 -m pytest -p no:cacheprovider tests/contract tests/unit -q -rs; } 2>&1 | tee "$OUT/tests_cuda.txt" || rc=1 ;;
+    record)
+        rm -rf /tmp/ep && cp -r example_project /tmp/ep
+        { header pytest --ktune example_project --ktune-update-baseline; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/ep --ktune-update-baseline -q; } 2>&1 | tee "$OUT/example_record_cuda.txt" || rc=1
+        cp /tmp/ep/ktune-params.json "$OUT/ktune-params-h200.json" ;;
+    gate)
+        { header pytest --ktune example_project; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/ep -q; } 2>&1 | tee "$OUT/example_gate_cuda.txt" || rc=1 ;;
+    timing)
+        { header python3 benchmarks/check_timing.py; python3 benchmarks/check_timing.py --out "$OUT/check_timing.json"; } 2>&1 | tee "$OUT/check_timing.txt" || rc=1 ;;
+    kernels)
+        { header python3 benchmarks/bench_kernels.py --backend cuda; python3 benchmarks/bench_kernels.py --backend cuda --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
+    *) echo "unknown step $step"; rc=2 ;;
+    esac
+done
+exit $rc

@@ -1,0 +1,20 @@
+"""Test helpers shipped with pytest-ktune.
+
+``BackendContract`` is the behaviour every backend promises. To check a
+backend, subclass it in a test module and give it a ``backend`` fixture::
+
+    import pytest
+    from pytest_ktune.backends import Backend, create
+    from pytest_ktune.testing import BackendContract
+
+    class TestMyBackend(BackendContract):
+        @pytest.fixture
+        def backend(self) -> Backend:
+            return create("opencl")
+"""
+
+from __future__ import annotations
+
+from .contract import BackendContract
+
+__all__ = ["BackendContract"]
