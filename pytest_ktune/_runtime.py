@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import KtuneError
+from ._errors import CompileError, KtuneError, LaunchError
 from ._space import Value
 from ._target import Target
 from .backends.base import Backend, Dim, Launch, Program, as_dim
@@ -104,9 +104,15 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
 def run(backend: Backend, target: Target, params: Mapping[str, Value], bound: Mapping[str, Any], *,
         poison: bool = False, source: str | None = None) -> tuple[Any, list[Launch]]:
     """Run the target's function once; return its result and the launches it made."""
-    program = compile_target(backend, target, params, target.defines(bound), source)
-    kernel = Kernel(backend, program, dict(params), target.kernel_name, poison=poison)
-    result = target.fn(kernel, **bound)
+    try:
+        program = compile_target(backend, target, params, target.defines(bound), source)
+        kernel = Kernel(backend, program, dict(params), target.kernel_name, poison=poison)
+        result = target.fn(kernel, **bound)
+    except (CompileError, LaunchError) as exc:
+        if exc.where.startswith("target "):
+            raise
+        # Backends know the source file, not the target: name both.
+        raise type(exc)(exc.message, where=f"{target.where}, source {exc.where}", hint=exc.hint) from None
     if not kernel.recorded:
         raise KtuneError("the function returned without launching a kernel", where=target.where,
                          hint="call kernel.launch(grid, block, args) in it")

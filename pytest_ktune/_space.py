@@ -134,6 +134,10 @@ class Space:
         missing = [name for name in self.params if name not in config]
         if missing:
             return [f"missing parameter {n}" for n in missing]
+        foreign = [f"{n}={config[n]!r} is not one of the Space's values {list(self.params[n])}"
+                   for n in self.params if config[n] not in self.params[n]]
+        if foreign:
+            return foreign
         values = {**key, **config}
         return [c.text for c in self.constraints if not c.holds(values)]
 

@@ -7,6 +7,7 @@ with sorted keys and records in a stable order so that diffs stay small.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import warnings
@@ -91,7 +92,8 @@ def target_id(target: Target, root: Path) -> str:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (JSON lets NaN and Infinity through; a timing must not be either)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _parse_timing(raw: Any, where: str) -> Timing:

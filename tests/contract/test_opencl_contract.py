@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_ktune import BackendUnavailable
 from pytest_ktune.backends import Backend, create
 from pytest_ktune.testing import BackendContract
 
@@ -11,4 +12,7 @@ from pytest_ktune.testing import BackendContract
 class TestOpenCLBackend(BackendContract):
     @pytest.fixture
     def backend(self) -> Backend:
-        return create("opencl")
+        try:
+            return create("opencl")
+        except BackendUnavailable as exc:
+            pytest.skip(f"{exc.message}; {exc.hint}")

@@ -52,7 +52,7 @@ def table(out: str) -> tuple[list[str], dict[tuple[str, str], list[str]]]:
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[at + 1])]
     rows = {}
     for line in lines[at + 2:]:
-        if not line.strip():
+        if not line.strip() or line.startswith(("=", "ktune:")):
             break
         cells = [line[a:b].strip() for a, b in spans]
         rows[(cells[0], cells[1])] = cells

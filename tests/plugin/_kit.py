@@ -1,8 +1,8 @@
 """Building blocks for the throwaway projects the plugin tests write with ``pytester``.
 
 A project is a ``kernels.py`` that defines ``@ktune.target`` kernels, the
-OpenCL sources next to it, and an empty ``pytest.ini`` that makes its folder
-the rootdir (so the params file is ``ktune-params.json`` there). Kernels are
+OpenCL sources next to it, and an empty ini file that makes its folder the
+rootdir (so the params file is ``ktune-params.json`` there). Kernels are
 tiny, so that one run of the plugin over a project takes a second or two on
 PoCL's CPU device.
 """

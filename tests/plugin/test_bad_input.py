@@ -4,6 +4,7 @@ step, while the other targets of the same run still pass."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -21,10 +22,17 @@ __kernel void scale(__global float* out, __global const float* x, float a, int n
 
 @dataclass(frozen=True)
 class Mistake:
+    """A target named ``cramped`` with one mistake, and what its correctness item must say.
+
+    ``expected`` holds fragments of the failure, in order: where (the target and its file, or the
+    kernel source for compiler and launch errors, whose failure is titled with the target's item),
+    what went wrong, and the next step.
+    """
+
     target: str
     source: str | None
-    # Fragments of the correctness item's failure, in order: what went wrong, where, the next step.
     expected: tuple[str, ...]
+    case_id: str = "small"
 
 
 MISTAKES = {
@@ -35,6 +43,7 @@ MISTAKES = {
         ("target cramped (", "kernels.py): the space has no valid point for key N=1000",
          "rule out all 2 configurations",
          "next step: widen the Space, relax a constraint, or drop this case"),
+        case_id="odd",
     ),
     "unknown-name-in-constraint": Mistake(
         scale_target("cramped", space="BLOCK=[64, 128], constraints=['N % BLOKC == 0']"),
@@ -87,12 +96,12 @@ def test_a_mistake_fails_only_its_own_items(project: Project, name: str) -> None
     result.assert_outcomes(passed=4, failed=2)
     result.stdout.fnmatch_lines(["*::add::perf* PASSED*", "*::scale::perf* PASSED*"], consecutive=False)
     result.stdout.fnmatch_lines(["FAILED kernels.py::cramped::correct*", "FAILED kernels.py::cramped::perf*"])
-    correct = failure_section(result, f"cramped::correct[{'odd' if name == 'no-valid-point' else 'small'}]")
+    correct = failure_section(result, f"cramped::correct[{mistake.case_id}]")
     assert_in_order(correct, mistake.expected)
-    # Our own errors are shown as messages, not as tracebacks through the plugin.
-    assert "Traceback" not in correct and "pytest_ktune" not in correct
-    perf = failure_section(result, f"cramped::perf[{'odd' if name == 'no-valid-point' else 'small'}]")
-    assert mistake.expected[0] in perf
+    # Errors are shown as messages, not as tracebacks through the plugin's code.
+    assert "Traceback" not in correct and not re.search(r"\.py:\d+", correct), correct
+    perf = failure_section(result, f"cramped::perf[{mistake.case_id}]")
+    assert mistake.expected[0] in perf and mistake.expected[-1] in perf
 
 
 # -- the params file -------------------------------------------------------

@@ -136,3 +136,10 @@ def test_a_space_with_no_valid_point_for_a_key() -> None:
     s = Space(VEC=[16, 32], constraints=["H % VEC == 0"])
     assert list(s.feasible({"H": 8})) == []
     assert len(list(s.feasible({"H": 64}))) == 2
+
+
+def test_a_value_outside_the_space_is_a_violation() -> None:
+    space = Space(BLOCK=[64, 128], VEC=[1, 2])
+    broken = space.violated({"BLOCK": 96, "VEC": 1}, {})
+    assert broken and "BLOCK=96" in broken[0] and "[64, 128]" in broken[0]
+    assert space.valid({"BLOCK": 128, "VEC": 2}, {})

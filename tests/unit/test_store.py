@@ -233,3 +233,12 @@ def test_save_refuses_to_overwrite_a_damaged_file(path: Path) -> None:
     with pytest.raises(StoreError):
         Store(path).save(_records())
     assert path.read_text() == "{ not json"
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_timing_is_rejected(path: Path, literal: str) -> None:
+    text = json.dumps(_valid_json()).replace('"median_us": 12.5', f'"median_us": {literal}', 1)
+    assert literal in text
+    path.write_text(text)
+    with pytest.raises(StoreError, match="median_us"):
+        Store.load(path)
