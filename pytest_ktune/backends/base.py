@@ -139,3 +139,12 @@ def poison_value(dtype: np.dtype[Any]) -> Any:
         # An unlikely value: the minimum for signed, the maximum for unsigned.
         return np.iinfo(dt).min if dt.kind == "i" else np.iinfo(dt).max
     return 0
+
+
+def scalar_arg(v: Any) -> Any:
+    """A Python scalar as the kernel argument it stands for: int and bool as int32, float as float32."""
+    if isinstance(v, bool | int):
+        return np.int32(v)
+    if isinstance(v, float):
+        return np.float32(v)
+    return v

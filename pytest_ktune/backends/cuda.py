@@ -13,7 +13,7 @@ import numpy as np
 
 from .._errors import BackendUnavailable, CompileError, LaunchError
 from ._compile_log import annotate
-from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value
+from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
 INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
                 "on a machine with an NVIDIA GPU")
@@ -43,16 +43,6 @@ def gpu_visible() -> bool:
         return False
 
 
-def _scalar(v: Any) -> Any:
-    if isinstance(v, bool):
-        return np.int32(v)
-    if isinstance(v, int):
-        return np.int32(v)
-    if isinstance(v, float):
-        return np.float32(v)
-    return v
-
-
 @dataclass
 class _Function:
     backend: CudaBackend
@@ -70,7 +60,7 @@ class _Function:
                 f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
                 where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
         try:
-            self.kernel(grid, block, tuple(_scalar(a) for a in args))
+            self.kernel(grid, block, tuple(scalar_arg(a) for a in args))
         except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
             raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
                               f"{type(exc).__name__}: {exc}", where=self.filename,

@@ -13,7 +13,7 @@ import numpy as np
 
 from .._errors import BackendUnavailable, CompileError, LaunchError
 from ._compile_log import annotate
-from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value
+from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
 INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
 
@@ -54,16 +54,6 @@ def _pick_device(cl: Any) -> Any:
     return (gpus or devices)[0]
 
 
-def _scalar(v: Any) -> Any:
-    if isinstance(v, bool):
-        return np.int32(v)
-    if isinstance(v, int):
-        return np.int32(v)
-    if isinstance(v, float):
-        return np.float32(v)
-    return v
-
-
 @dataclass
 class _Function:
     backend: OpenCLBackend
@@ -84,7 +74,7 @@ class _Function:
                               f"this device allows at most {limit} for it", where=self.filename,
                               hint="use a smaller block, or constrain the block-size parameter")
         gsize = tuple(g * b for g, b in zip(grid, block, strict=True))
-        cargs = [a.data if isinstance(a, cl.array.Array) else _scalar(a) for a in args]
+        cargs = [a.data if isinstance(a, cl.array.Array) else scalar_arg(a) for a in args]
         try:
             self.kernel.set_args(*cargs)
             return cl.enqueue_nd_range_kernel(self.backend.queue, self.kernel, gsize, block,
