@@ -7,6 +7,7 @@
 #   record    pytest --ktune example_project --ktune-update-baseline (a copy; its params file to $OUT)
 #   gate      pytest --ktune example_project against those baselines, or the committed ones
 #   timing    benchmarks/check_timing.py
+#   regress   benchmarks/gate_demo.py: the gate catching a worse configuration and a slower source
 #   kernels   benchmarks/bench_kernels.py
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/raw}
@@ -29,6 +30,8 @@ for step in "$@"; do
         { header pytest --ktune example_project; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/ep -q; } 2>&1 | tee "$OUT/example_gate_cuda.txt" || rc=1 ;;
     timing)
         { header python3 benchmarks/check_timing.py; python3 benchmarks/check_timing.py --out "$OUT/check_timing.json"; } 2>&1 | tee "$OUT/check_timing.txt" || rc=1 ;;
+    regress)
+        { header python3 benchmarks/gate_demo.py --backend cuda; python3 benchmarks/gate_demo.py --backend cuda --workdir /tmp/gd; } 2>&1 | tee "$OUT/gate_demo_cuda.txt" || rc=1 ;;
     kernels)
         { header python3 benchmarks/bench_kernels.py --backend cuda; python3 benchmarks/bench_kernels.py --backend cuda --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;

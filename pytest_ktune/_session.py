@@ -267,7 +267,8 @@ class Session:
         target, backend = job.target, job.backend
         current_hash = target.source_hash(backend.name)
         same_source = current_hash == base.source_hash
-        numbers = (f"{_fmt_us(m.median)} against a baseline of {base.timings[job.case_id].median_us:.2f} µs "
+        numbers = (f"{_fmt_us(m.median)} against a baseline of "
+                   f"{_fmt_us(base.timings[job.case_id].median_us * 1e-6)} "
                    f"(x{row.ratio:.3f}, threshold {threshold})")
         if same_source and dict(base.params) == dict(params):
             return self._add(row.result(verdict="drift", note=(

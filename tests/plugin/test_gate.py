@@ -63,11 +63,11 @@ def _assert_only_scale_regressed(result: pytest.RunResult) -> str:
     assert rows["add", "n4096"][-1] in {"ok", "drift", "faster"}
     message = failure_section(result, "scale::perf[n16k]")
     # The numbers: current time against the baseline's, the ratio and threshold, and the A/B.
-    m = re.search(r"scale\[n16k\] on .* regressed: ([\d.]+) (µs|ms) against a baseline of ([\d.]+) µs "
+    m = re.search(r"scale\[n16k\] on .* regressed: ([\d.]+) (µs|ms) against a baseline of ([\d.]+) (µs|ms) "
                   r"\(x([\d.]+), threshold median:5%\); confirmed by same-run A/B: current [\d.]+ (µs|ms) "
                   r"vs the baseline's .*: x([\d.]+), p=", message)
     assert m, message
-    assert float(m.group(4)) > 2 and float(m.group(6)) > 2, message
+    assert float(m.group(5)) > 2 and float(m.group(7)) > 2, message
     assert "Traceback" not in message
     return message
 
