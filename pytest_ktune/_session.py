@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__, _git
-from ._bench import BenchConfig, Measurement, measure, measure_ab, rotation_for, should_flush
+from ._bench import BenchConfig, Measurement, measure, measure_ab
 from ._errors import BackendUnavailable, KtuneError, StoreError
+from ._evaluate import Job, timing_sets, verify_once
 from ._gate import Confirmation, Threshold, confirm, screen
-from ._runtime import CACHE, run, to_host_tree
+from ._runtime import CACHE
 from ._space import Value
 from ._store import Baseline, Record, Store, Timing, target_id
 from ._target import Case, Target, source_hash
-from ._verify import call_reference, case_seed, check_outputs, draw_inputs, upload
+from ._verify import case_seed
 from .backends import Backend, Launch, create, resolve
 
 
@@ -74,17 +75,6 @@ class Row:
                           time_us=self.time_us, gbps=self.gbps, copy_fraction=self.copy_fraction,
                           baseline_us=self.baseline_us if baseline_us is None else baseline_us,
                           ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One case of one target on one backend, with its id and tuning key."""
-
-    backend: Backend
-    target: Target
-    case: Case
-    case_id: str
-    key: dict[str, Any]
 
 
 class Skip(Exception):
@@ -160,7 +150,7 @@ class Session:
             raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {backend.name}")
         if backend.name not in target.sources:
             raise Skip(f"{target.name} has no {backend.name} source; add one to sources= to run it here")
-        return Job(backend, target, case, target.case_id(case), target.case_key(case))
+        return Job.of(backend, target, case)
 
     # -- correctness -----------------------------------------------------
     def check(self, target: Target, case: Case) -> list[str]:
@@ -188,37 +178,16 @@ class Session:
             notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
         return notes
 
-    def _verify_once(self, job: Job, params: Mapping[str, Value], seed: int,
-                     source: str | None = None) -> list[Launch]:
-        host = draw_inputs(job.case, seed)
-        expected = call_reference(job.target, host)
-        result, launches = run(job.backend, job.target, params, upload(job.backend, host), poison=True,
-                               source=source)
-        job.backend.synchronize()
-        got = to_host_tree(job.backend, result)
-        repro = (f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs "
-                 f"(case seed {seed})")
-        check_outputs(job.target, job.case_id, got, expected, seed=seed, backend=job.backend.name,
-                      repro=repro)
-        return launches
+    def _repro(self, seed: int) -> str:
+        return f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs (case seed {seed})"
 
-    # -- performance -----------------------------------------------------
+    def _verify_once(self, job: Job, params: Mapping[str, Value], seed: int) -> list[Launch]:
+        return verify_once(job, params, seed, repro=self._repro(seed))
+
     def _launch_sets(self, job: Job, params: Mapping[str, Value], label: str,
                      source: str | None = None) -> tuple[list[list[Launch]], bool]:
-        """Launch sets for timing: the first verified, the rest on fresh inputs to rotate the cache.
-
-        Returns the sets and whether to flush the cache between samples.
-        """
         seed = case_seed(self.settings.seed, job.target, job.case_id, f"perf-{label}")
-        sets = [self._verify_once(job, params, seed, source)]
-        work = job.target.bytes_for(job.target.case_args(job.case)) or 2 * job.case.input_bytes
-        l2 = job.backend.device.l2_bytes
-        for j in range(1, rotation_for(work, l2, job.case.warm_cache)):
-            host = draw_inputs(job.case, seed + j)
-            _, launches = run(job.backend, job.target, params, upload(job.backend, host), source=source)
-            sets.append(launches)
-        job.backend.synchronize()
-        return sets, should_flush(work, l2, job.case.warm_cache)
+        return timing_sets(job, params, seed, repro=self._repro(seed), source=source)
 
     def perf(self, target: Target, case: Case) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
