@@ -36,6 +36,13 @@ class LaunchError(KtuneError):
     """A kernel launch that the device refused or that failed while running."""
 
 
+class LimitError(LaunchError):
+    """A launch that breaks a device limit (threads, registers or shared memory per block).
+
+    The tuner records such a configuration as infeasible rather than failed.
+    """
+
+
 class ReferenceShapeError(KtuneError):
     """A reference whose outputs do not match the kernel's in number, shape or dtype."""
 

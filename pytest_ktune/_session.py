@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import __version__, _git
+from . import _git
 from ._bench import BenchConfig, Measurement, measure, measure_ab
 from ._errors import BackendUnavailable, KtuneError, StoreError
 from ._evaluate import Job, timing_sets, verify_once
 from ._gate import Confirmation, Threshold, confirm, screen
 from ._runtime import CACHE
 from ._space import Value
-from ._store import Baseline, Record, Store, Timing, target_id
+from ._store import Baseline, Record, Store, Timing, new_baseline, target_id
 from ._target import Case, Target, source_hash
 from ._verify import case_seed
+
+if TYPE_CHECKING:
+    from ._tuner import TuneOutcome, TuneSettings
 from .backends import Backend, Launch, create, resolve
 
 
@@ -32,6 +34,8 @@ class Settings:
     update_baseline: bool = False
     seed: int = 0
     bench: BenchConfig | None = None
+    tune: TuneSettings | None = None
+    autotune: bool = False
 
     @property
     def scratch(self) -> Path:
@@ -95,7 +99,9 @@ class Session:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.results: list[PerfResult] = []
+        self.tunes: list[TuneOutcome] = []
         self.updates: dict[tuple[str, str, str], Record] = {}
+        self._tuned: set[tuple[str, str, str]] = set()
         self._backend: Backend | None = None
         self._backend_error: BackendUnavailable | None = None
         try:
@@ -284,31 +290,50 @@ class Session:
     def _queue_baseline(self, job: Job, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
         target, backend = job.target, job.backend
-        path = target.source_path(backend.name)
         timing = Timing(median_us=round(m.median * 1e6, 4), iqr_us=round(m.iqr * 1e6, 4),
                         ci_low_us=round(m.ci[0] * 1e6, 4), ci_high_us=round(m.ci[1] * 1e6, 4),
                         samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
-        root = self.settings.root
-        commit = _git.head_commit(root)
-        if commit and _git.differs_from_head(root, path):
-            commit = None  # the baseline's source is not in any commit
-        try:
-            rel = path.relative_to(root.resolve()).as_posix()
-        except ValueError:
-            rel = str(path)
         rec = Record(target=self.target_id(target), device=backend.device.id, key=dict(job.key),
                      params=dict(params))
         prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
-        src_hash = target.source_hash(backend.name)
-        timings: dict[str, Timing] = {}
+        baseline = new_baseline(self.settings.root, target, backend.name, params, {job.case_id: timing})
         if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
-                and prev.baseline.source_hash == src_hash:
-            timings.update(prev.baseline.timings)
-        timings[job.case_id] = timing
-        baseline = Baseline(params=dict(params), source_hash=src_hash, source_path=rel, commit=commit,
-                            date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            ktune_version=__version__, timings=timings)
-        self.updates[rec.ident] = replace(rec, baseline=baseline)
+                and prev.baseline.source_hash == baseline.source_hash:
+            baseline = replace(baseline, timings={**prev.baseline.timings, job.case_id: timing})
+        self.updates[rec.ident] = replace(rec, baseline=baseline, tuned=prev.tuned if prev else None)
+
+    # -- tuning ----------------------------------------------------------
+    def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
+        """Tune one key of a target (under --ktune-autotune, only if it regressed or was never tuned)."""
+        import sys
+
+        from ._store import key_string
+        from ._tuner import TuneContext, tune_key
+
+        settings = self.settings.tune
+        assert settings is not None
+        backend = self.backend()
+        if backend.name not in target.sources:
+            raise Skip(f"{target.name} has no {backend.name} source")
+        if self.settings.autotune:
+            case_ids = {target.case_id(target.cases[i]) for i in indices}
+            regressed = [r for r in self.results if r.target == target.name and r.case in case_ids
+                         and r.verdict == "REGRESSION"]
+            rec = self.record(target, backend, key)
+            if not regressed and rec is not None and rec.tuned is not None:
+                raise Skip(f"tuned on {rec.tuned.date} and no regression in this run")
+        stream = sys.__stderr__ if sys.__stderr__ is not None and sys.__stderr__.isatty() else None
+        ctx = TuneContext(root=self.settings.root, params_path=self.settings.params_path, backend=backend.name,
+                          settings=settings, progress=stream)
+        out = tune_key(ctx, target, key, indices)
+        self.tunes.append(out)
+        if out.written or settings.write:
+            self._tuned.add((self.target_id(target), out.device, key_string(key)))
+            try:
+                self.store = Store.load(self.settings.params_path)
+            except StoreError as exc:
+                self.store, self.store_error = None, exc
+        return out
 
     def _add(self, r: PerfResult) -> PerfResult:
         self.results.append(r)
@@ -321,8 +346,9 @@ class Session:
             return None
         if self.store is None:
             return f"baselines NOT written: {self.store_error.render() if self.store_error else ''}"
+        updates = [r for ident, r in self.updates.items() if ident not in self._tuned]
         try:
-            self.store.save(self.updates.values())
+            self.store.save(updates)
         except KtuneError as exc:
             return f"baselines NOT written: {exc.render()}"
         n = len(self.updates)

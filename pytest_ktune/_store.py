@@ -57,6 +57,20 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class Tuned:
+    """When and how the parameters were last tuned, and what came of it."""
+
+    date: str
+    sampler: str
+    trials: int
+    study: str
+    result: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Record:
     """The parameters production uses for one target on one device and key, and their baseline."""
 
@@ -65,6 +79,7 @@ class Record:
     key: Mapping[str, Any]
     params: Mapping[str, Value]
     baseline: Baseline | None = None
+    tuned: Tuned | None = None
 
     @property
     def ident(self) -> tuple[str, str, str]:
@@ -75,6 +90,8 @@ class Record:
                              "params": dict(self.params)}
         if self.baseline is not None:
             d["baseline"] = self.baseline.to_json()
+        if self.tuned is not None:
+            d["tuned"] = self.tuned.to_json()
         return d
 
 
@@ -151,12 +168,23 @@ def _parse_record(raw: Any, i: int) -> Record:
         raise ValueError(f"{where} is not an object")
     _require(raw, {"target": str, "device": str, "key": dict, "params": dict}, where)
     _check_params(raw["params"], where)
-    extra = set(raw) - {"target", "device", "key", "params", "baseline"}
+    extra = set(raw) - {"target", "device", "key", "params", "baseline", "tuned"}
     if extra:
         raise ValueError(f"{where} has unknown fields {sorted(extra)}")
     baseline = _parse_baseline(raw["baseline"], f"{where} baseline") if "baseline" in raw else None
+    tuned = _parse_tuned(raw["tuned"], f"{where} tuned") if "tuned" in raw else None
     return Record(target=raw["target"], device=raw["device"], key=raw["key"], params=raw["params"],
-                  baseline=baseline)
+                  baseline=baseline, tuned=tuned)
+
+
+def _parse_tuned(raw: Any, where: str) -> Tuned:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where} is not an object")
+    _require(raw, {"date": str, "sampler": str, "trials": int, "study": str, "result": str}, where)
+    extra = set(raw) - {"date", "sampler", "trials", "study", "result"}
+    if extra:
+        raise ValueError(f"{where} has unknown fields {sorted(extra)}")
+    return Tuned(**raw)
 
 
 class Store:
@@ -222,6 +250,30 @@ class Store:
             Path(tmp).unlink(missing_ok=True)
             raise
         self.records = current.records
+
+
+def now_utc() -> str:
+    import datetime as _dt
+
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, Value],
+                 timings: Mapping[str, Timing]) -> Baseline:
+    """A baseline for ``params`` on the target's current source, with the commit that holds that
+    source (None when the source has changes HEAD does not hold, or outside git)."""
+    from . import __version__, _git
+
+    path = target.source_path(backend)
+    commit = _git.head_commit(root)
+    if commit and _git.differs_from_head(root, path):
+        commit = None
+    try:
+        rel = path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        rel = str(path)
+    return Baseline(params=dict(params), source_hash=target.source_hash(backend), source_path=rel,
+                    commit=commit, date=now_utc(), ktune_version=__version__, timings=dict(timings))
 
 
 class KtuneWarning(UserWarning):

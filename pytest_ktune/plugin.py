@@ -36,6 +36,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="base seed for the random inputs (default: a new one each run, shown in the header)")
     group.addoption("--ktune-params", default=None, metavar="PATH",
                     help="the params file (default: ktune-params.json at the rootdir; ini: ktune_params)")
+    group.addoption("--ktune-tune", action="store_true", default=False,
+                    help="tune every selected target for every key of its cases (Optuna), and write a "
+                         "winner that beats the current parameters in same-run A/B to the params file")
+    group.addoption("--ktune-autotune", action="store_true", default=False,
+                    help="tune only keys that regressed at the gate in this run or have no tuned entry yet")
+    group.addoption("--ktune-trials", type=int, default=40, help="timed trials per key (default: 40)")
+    group.addoption("--ktune-tune-timeout", type=float, default=None, metavar="SECONDS",
+                    help="wall-time budget per key (default: none)")
+    group.addoption("--ktune-sampler", default="tpe", choices=("tpe", "random", "grid", "cmaes", "gp"),
+                    help="the search strategy (default: tpe; grid times every feasible point)")
+    group.addoption("--ktune-storage", default=None, metavar="URL",
+                    help="an Optuna storage URL (postgresql://...) so several workers share the studies; "
+                         "default: a journal file under .ktune/")
+    group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="seconds one candidate may take, compile included, before its worker is killed")
     parser.addini("ktune_params", "path of the params file, relative to the rootdir",
                   default="ktune-params.json")
 
@@ -45,6 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ktune: an item collected by pytest-ktune")
     config.addinivalue_line("markers", "ktune_correctness: a pytest-ktune correctness item")
     config.addinivalue_line("markers", "ktune_performance: a pytest-ktune performance item")
+    config.addinivalue_line("markers", "ktune_tune: a pytest-ktune tuning item (--ktune-tune, --ktune-autotune)")
     if not config.getoption("ktune"):
         return
     from ._errors import KtuneError
@@ -59,10 +75,23 @@ def pytest_configure(config: pytest.Config) -> None:
     option = config.getoption("ktune_params")
     params = Path(option).resolve() if option else root / str(config.getini("ktune_params"))
     seed = config.getoption("ktune_seed")
+    tune = None
+    if config.getoption("ktune_tune") or config.getoption("ktune_autotune"):
+        from ._tuner import TuneSettings
+
+        tune = TuneSettings(trials=config.getoption("ktune_trials"),
+                            timeout_s=config.getoption("ktune_tune_timeout"),
+                            sampler=config.getoption("ktune_sampler"), storage=config.getoption("ktune_storage"),
+                            seed=seed, trial_timeout_s=config.getoption("ktune_trial_timeout"))
+        try:
+            tune.check()
+        except KtuneError as exc:
+            raise pytest.UsageError(exc.render()) from None
     settings = Settings(
         root=root, params_path=params, backend=config.getoption("ktune_backend"), threshold=threshold,
         update_baseline=config.getoption("ktune_update_baseline"),
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**31),
+        tune=tune, autotune=config.getoption("ktune_autotune") and not config.getoption("ktune_tune"),
     )
     config.stash[SESSION_KEY] = Session(settings)
 
@@ -135,11 +164,28 @@ class TargetCollector(pytest.Collector):
                 continue
             for cls in (CorrectnessItem, PerformanceItem):
                 item = cls.from_parent(self, name=f"{cls.kind}[{case_id}]", target=self.target, case=case)
-                item.add_marker("ktune")
-                item.add_marker(f"ktune_{cls.marker}")
-                if backend == "cuda":
-                    item.add_marker("gpu")
-                yield item
+                yield self._mark(item, cls.marker, backend)
+        if session.settings.tune is None:
+            return
+        from ._tuner import cases_by_key, key_label
+
+        try:
+            keys = list(cases_by_key(self.target, backend).values())
+        except KtuneError as exc:
+            yield BrokenItem.from_parent(self, name="tune", error=exc)
+            return
+        for key, indices in keys:
+            tune = TuneItem.from_parent(self, name=f"tune[{key_label(key)}]", target=self.target, key=key,
+                                        indices=tuple(indices))
+            yield self._mark(tune, "tune", backend)
+
+    @staticmethod
+    def _mark(item: pytest.Item, marker: str, backend: str) -> pytest.Item:
+        item.add_marker("ktune")
+        item.add_marker(f"ktune_{marker}")
+        if backend == "cuda":
+            item.add_marker("gpu")
+        return item
 
 
 class _KtuneItem(pytest.Item):
@@ -204,6 +250,37 @@ class PerformanceItem(_KtuneItem):
             self.user_properties.append(("ktune_note", result.note))
 
 
+class TuneItem(pytest.Item):
+    """Tunes one target for one key; fails only on an error, never because nothing better was found."""
+
+    def __init__(self, *, target: Target, key: dict[str, Any], indices: tuple[int, ...], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.target = target
+        self.key = key
+        self.indices = indices
+
+    def runtest(self) -> None:
+        from ._session import Skip
+
+        session = _session(self.config)
+        assert session is not None
+        try:
+            out = session.tune(self.target, self.key, self.indices)
+        except Skip as exc:
+            pytest.skip(str(exc))
+        self.user_properties.append(("ktune_tuned", out.decision))
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | Any:
+        from ._errors import KtuneError
+
+        if isinstance(excinfo.value, KtuneError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.target.file, None, f"{self.target.name}::{self.name}"
+
+
 class BrokenItem(pytest.Item):
     """Stands in for a case whose id could not be computed, so the error shows and the run goes on."""
 
@@ -251,6 +328,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(
                 f"{len(missing)} case(s) have no baseline for this device: run with "
                 "--ktune-update-baseline to record them in the params file")
+    if s.tunes:
+        from ._report import tune_table
+
+        terminalreporter.section("ktune tuning")
+        for line in tune_table(s.tunes):
+            terminalreporter.write_line(line)
     line = config.stash.get(FINISH_KEY, "")
     if line:
         terminalreporter.write_line(f"ktune: {line}")

@@ -1,8 +1,11 @@
-"""Skip ``gpu``-marked tests, with the reason, where no NVIDIA GPU is visible."""
+"""Skip ``gpu``-marked tests, with the reason, where no NVIDIA GPU is visible; and the fixtures of a
+throwaway PostgreSQL server (``postgres_server``, ``postgres_url``, ``postgres_fresh_url``: see
+tests/postgres.py) for the tests that share an Optuna study between processes."""
 
 from __future__ import annotations
 
 import pytest
+from postgres import postgres_fresh_url, postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

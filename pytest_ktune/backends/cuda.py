@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendUnavailable, CompileError, LaunchError
+from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
@@ -55,7 +55,7 @@ class _Function:
         threads = int(np.prod(block))
         limit = self.resources().max_threads_per_block
         if threads > limit:
-            raise LaunchError(
+            raise LimitError(
                 f"kernel {self.name} launched with {threads} threads per block; it allows at most "
                 f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
                 where=self.filename, hint="use a smaller block, or constrain the block-size parameter")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendUnavailable, CompileError, LaunchError
+from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
@@ -70,7 +70,7 @@ class _Function:
         threads = int(np.prod(block))
         limit = self.resources().max_threads_per_block
         if threads > limit:
-            raise LaunchError(f"kernel {self.name} launched with {threads} threads per block; "
+            raise LimitError(f"kernel {self.name} launched with {threads} threads per block; "
                               f"this device allows at most {limit} for it", where=self.filename,
                               hint="use a smaller block, or constrain the block-size parameter")
         gsize = tuple(g * b for g, b in zip(grid, block, strict=True))
