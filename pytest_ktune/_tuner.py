@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -515,10 +516,12 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                 try:
                     loop.run(deadline, tick)
                 except KeyboardInterrupt:
+                    # The user's Ctrl-C must still stop pytest or the command: say how to resume, re-raise.
                     _fail_running(study)
-                    raise KtuneError(f"interrupted after {loop.timed()} timed trials; the study {name!r} "
-                                     f"is saved in {storage_name}", where=target.where,
-                                     hint="rerun the same command to resume it") from None
+                    print(f"\nktune: {target.where}: interrupted after {loop.timed()} timed trials; nothing "
+                          f"was written. The study {name!r} is saved in {storage_name}: rerun the same "
+                          "command to resume it.", file=sys.stderr, flush=True)
+                    raise
             best = _best(study)
             if best is None:
                 reasons = Counter(str(r.reason) for r in loop.rows if r.state in ("infeasible", "failed"))

@@ -228,8 +228,12 @@ def _one_line(text: str, limit: int = 400) -> str:
 
 def _worker_main(conn: Any, spec: WorkerSpec) -> None:
     """The worker's loop: one request at a time; a launch failure ends the process."""
+    import signal
+
     from ._errors import CompileError, KtuneError, LaunchError
 
+    # A Ctrl-C reaches the whole process group; the parent decides, and stops this worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ev = _Evaluator(spec)
     except BaseException as exc:  # report why the worker could not start, then exit
