@@ -57,6 +57,25 @@ class PerfResult:
     copy_fraction: float | None
     verdict: str
     note: str = ""
+    # For the JUnit and benchmark-JSON reports; empty where a result was made without them.
+    target_id: str = ""
+    params: Mapping[str, Value] = field(default_factory=dict)
+    measurement: Measurement | None = None
+
+
+@dataclass(frozen=True)
+class ItemOutcome:
+    """How one pytest-ktune item ended, for the JUnit report: one per correctness, performance or tune item."""
+
+    nodeid: str
+    check: str  # "correct", "perf", "tune", or "broken" for a case that could not be collected
+    target: str  # the target's id in the params file: its file relative to the root, and its name
+    name: str  # the target's name
+    label: str  # the case id, the tuning key's label, or the broken item's name
+    outcome: str  # "passed", "failed", "skipped" or "error" (a failure outside the test itself)
+    duration_s: float = 0.0
+    message: str = ""
+    key: Mapping[str, Any] | None = None  # tune items: the key
 
 
 @dataclass(frozen=True)
@@ -72,13 +91,17 @@ class Row:
     copy_fraction: float | None
     baseline_us: float | None = None
     ratio: float | None = None
+    target_id: str = ""
+    params: Mapping[str, Value] = field(default_factory=dict)
+    measurement: Measurement | None = None
 
     def result(self, *, verdict: str, note: str = "", baseline_us: float | None = None,
                ratio: float | None = None) -> PerfResult:
         return PerfResult(target=self.target, case=self.case, backend=self.backend, device=self.device,
                           time_us=self.time_us, gbps=self.gbps, copy_fraction=self.copy_fraction,
                           baseline_us=self.baseline_us if baseline_us is None else baseline_us,
-                          ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note)
+                          ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note,
+                          target_id=self.target_id, params=self.params, measurement=self.measurement)
 
 
 class Skip(Exception):
@@ -100,6 +123,7 @@ class Session:
         self.settings = settings
         self.results: list[PerfResult] = []
         self.tunes: list[TuneOutcome] = []
+        self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
         self.updates: dict[tuple[str, str, str], Record] = {}
         self._tuned: set[tuple[str, str, str]] = set()
         self._backend: Backend | None = None
@@ -118,6 +142,11 @@ class Session:
             return resolve(self.settings.backend)
         except BackendUnavailable:
             return self.settings.backend
+
+    @property
+    def device_name(self) -> str:
+        """The device's name once the backend has started; '' before, or where it could not."""
+        return self._backend.device.name if self._backend is not None else ""
 
     def backend(self) -> Backend:
         """The backend, or Skip with how to get it."""
@@ -216,7 +245,8 @@ class Session:
         base = rec.baseline if rec else None
         timing = base.timings.get(job.case_id) if base else None
         row = Row(target=target.name, case=job.case_id, backend=backend.name, device=backend.device.name,
-                  time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac)
+                  time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=self.target_id(target),
+                  params=dict(params), measurement=m)
 
         if self.settings.update_baseline:
             self._queue_baseline(job, params, m, gbps)

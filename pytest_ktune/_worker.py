@@ -314,6 +314,7 @@ class WorkerPool:
         self.device = msg[1]
 
     def _recv(self, timeout: float) -> Any:
+        """The worker's next message; None when it timed out (the worker still runs) or ended."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -323,9 +324,13 @@ class WorkerPool:
                 try:
                     return self._conn.recv()
                 except (EOFError, OSError):
-                    return None
+                    break
             if not self._proc.is_alive() and not self._conn.poll(0):
-                return None
+                break
+        # The pipe closed: the worker is ending. Wait for its exit status, so that _death() tells a
+        # crash from a hang (the pipe can close before the process is reaped).
+        self._proc.join(5)
+        return None
 
     def _death(self) -> str:
         code = self._proc.exitcode if self._proc is not None else None

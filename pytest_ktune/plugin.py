@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ._session import PerfResult, Session
+    from ._session import ItemOutcome, PerfResult, Session
     from ._target import Case, Target
 
 SESSION_KEY = pytest.StashKey["Session"]()
 FINISH_KEY = pytest.StashKey[str]()
+REPORTS_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,6 +52,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "default: a journal file under .ktune/")
     group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="seconds one candidate may take, compile included, before its worker is killed")
+    group.addoption("--ktune-junit", default=None, metavar="PATH",
+                    help="write a JUnit XML report of the ktune items (correct, perf, tune) with their times, "
+                         "baselines, ratios and parameters")
+    group.addoption("--ktune-benchmark-json", default=None, metavar="PATH",
+                    help="write the timings in pytest-benchmark's --benchmark-json format, for tools that "
+                         "chart it")
     parser.addini("ktune_params", "path of the params file, relative to the rootdir",
                   default="ktune-params.json")
 
@@ -93,7 +100,9 @@ def pytest_configure(config: pytest.Config) -> None:
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**31),
         tune=tune, autotune=config.getoption("ktune_autotune") and not config.getoption("ktune_tune"),
     )
-    config.stash[SESSION_KEY] = Session(settings)
+    session = Session(settings)
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(_OutcomeRecorder(session), "ktune-outcomes")
 
 
 def _session(config: pytest.Config) -> Session | None:
@@ -298,6 +307,53 @@ class BrokenItem(pytest.Item):
         return self.path, None, self.name
 
 
+class _OutcomeRecorder:
+    """Keeps how each ktune item ended in the Session, for the JUnit report."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.items: dict[str, ItemOutcome] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        from ._session import ItemOutcome
+
+        for item in items:
+            target: Target | None = None
+            key = None
+            if isinstance(item, _KtuneItem):
+                check, target = item.kind, item.target
+            elif isinstance(item, TuneItem):
+                check, target, key = "tune", item.target, item.key
+            elif isinstance(item, BrokenItem) and isinstance(item.parent, TargetCollector):
+                check, target = "broken", item.parent.target
+            if target is None:
+                continue
+            name = item.name
+            label = name[len(check) + 1:-1] if name.startswith(f"{check}[") and name.endswith("]") else name
+            self.items[item.nodeid] = ItemOutcome(nodeid=item.nodeid, check=check,
+                                                  target=self.session.target_id(target), name=target.name,
+                                                  label=label, outcome="passed", key=key)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from dataclasses import replace
+
+        base = self.items.get(report.nodeid)
+        if base is None:
+            return
+        seen = self.session.outcomes.get(report.nodeid, base)
+        outcome, message = seen.outcome, seen.message
+        if report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr or "")
+            outcome, message = "skipped", reason.removeprefix("Skipped: ")
+        elif report.failed:
+            earlier = f"{message}\n\n{report.when}: " if outcome in ("failed", "error") else ""
+            outcome = "failed" if report.when == "call" else ("error" if not earlier else outcome)
+            message = earlier + report.longreprtext
+        self.session.outcomes[report.nodeid] = replace(seen, outcome=outcome, message=message,
+                                                       duration_s=seen.duration_s + (report.duration or 0.0))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     s = _session(session.config)
@@ -306,6 +362,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     line = s.finish()
     if line:
         session.config.stash[FINISH_KEY] = line
+    session.config.stash[REPORTS_KEY] = _write_reports(session.config, s)
+
+
+def _write_reports(config: pytest.Config, s: Session) -> list[str]:
+    """Write the reports asked for on the command line; a line for the terminal about each."""
+    from . import _benchjson, _junit
+    from ._errors import KtuneError
+
+    lines = []
+    for what, option, write in (("JUnit report", "ktune_junit", _junit.write),
+                                ("benchmark JSON", "ktune_benchmark_json", _benchjson.write)):
+        value = config.getoption(option)
+        if not value:
+            continue
+        path = Path(config.invocation_params.dir) / Path(value).expanduser()
+        try:
+            write(path, s)
+        except (OSError, ValueError, KtuneError) as exc:
+            lines.append(f"{what} NOT written to {path}: {exc}")
+        else:
+            lines.append(f"wrote the {what} to {path}")
+    return lines
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -336,4 +414,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(line)
     line = config.stash.get(FINISH_KEY, "")
     if line:
+        terminalreporter.write_line(f"ktune: {line}")
+    for line in config.stash.get(REPORTS_KEY, []):
         terminalreporter.write_line(f"ktune: {line}")
