@@ -8,6 +8,8 @@
 #   gate      pytest --ktune example_project against those baselines, or the committed ones
 #   timing    benchmarks/check_timing.py
 #   regress   benchmarks/gate_demo.py: the gate catching a worse configuration and a slower source
+#   tuner     benchmarks/bench_tuner.py: exhaustive optimum, live TPE tune, TPE against random
+#   tune      pytest --ktune --ktune-tune on two keys of a copy of example_project, then the gate
 #   kernels   benchmarks/bench_kernels.py
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/raw}
@@ -32,6 +34,12 @@ for step in "$@"; do
         { header python3 benchmarks/check_timing.py; python3 benchmarks/check_timing.py --out "$OUT/check_timing.json"; } 2>&1 | tee "$OUT/check_timing.txt" || rc=1 ;;
     regress)
         { header python3 benchmarks/gate_demo.py --backend cuda; python3 benchmarks/gate_demo.py --backend cuda --workdir /tmp/gd; } 2>&1 | tee "$OUT/gate_demo_cuda.txt" || rc=1 ;;
+    tuner)
+        { header python3 benchmarks/bench_tuner.py --backend cuda; python3 benchmarks/bench_tuner.py --backend cuda --out "$OUT/bench_tuner-cuda.json"; } 2>&1 | tee "$OUT/bench_tuner.txt" || rc=1 ;;
+    tune)
+        rm -rf /tmp/et && cp -r example_project /tmp/et
+        { header pytest --ktune --ktune-tune --ktune-write=file example_project -k "T64-H4096-float16 or T256-I14336-float16"; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda --ktune-tune --ktune-write=file --ktune-trials=15 /tmp/et -k "T64-H4096-float16 or T256-I14336-float16" -q; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/et -k "T64-H4096-float16 or T256-I14336-float16" -q; } 2>&1 | tee "$OUT/tune_pytest_cuda.txt" || rc=1
+        cp /tmp/et/ktune-params.json "$OUT/ktune-params-tuned-h200.json" ;;
     kernels)
         { header python3 benchmarks/bench_kernels.py --backend cuda; python3 benchmarks/bench_kernels.py --backend cuda --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;

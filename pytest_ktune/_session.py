@@ -36,6 +36,8 @@ class Settings:
     bench: BenchConfig | None = None
     tune: TuneSettings | None = None
     autotune: bool = False
+    write_mode: str = "none"
+    command: str = "pytest --ktune --ktune-tune"
 
     @property
     def scratch(self) -> Path:
@@ -371,7 +373,23 @@ class Session:
 
     # -- end -------------------------------------------------------------
     def finish(self) -> str | None:
-        """Write queued baselines; returns a line for the terminal, or None."""
+        """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""
+        lines = [line for line in (self._finish_baselines(), self._finish_tunes()) if line]
+        return "\nktune: ".join(lines) or None
+
+    def _finish_tunes(self) -> str | None:
+        if not self.tunes:
+            return None
+        from ._deliver import deliver
+
+        copy_bw = None
+        if self.settings.write_mode in ("patch", "commit", "pr") and self._backend is not None:
+            copy_bw = self._backend.copy_bandwidth()
+        return deliver(self.settings.write_mode, root=self.settings.root, params_path=self.settings.params_path,
+                       outcomes=self.tunes, device=self.tunes[0].device, copy_bandwidth=copy_bw,
+                       command=self.settings.command)
+
+    def _finish_baselines(self) -> str | None:
         if not self.updates:
             return None
         if self.store is None:

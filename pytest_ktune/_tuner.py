@@ -62,6 +62,16 @@ class TuneSettings:
 
 
 @dataclass(frozen=True)
+class CaseChange:
+    """One case of an accepted winner: the median per call before and after, from the A/B run."""
+
+    case_id: str
+    before_s: float
+    after_s: float
+    bytes_moved: int | None
+
+
+@dataclass(frozen=True)
 class TuneOutcome:
     """What one tune of one key found and did."""
 
@@ -82,6 +92,8 @@ class TuneOutcome:
     report: Path | None
     wall_s: float
     written: bool
+    record: Record | None = None
+    changes: tuple[CaseChange, ...] = ()
 
 
 # -- the parameter encoding -------------------------------------------------------
@@ -619,14 +631,15 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             else:
                 ab = pool.ab(current, best_cfg, seed + 99991)
                 accepted, decision = decide(ab)
+            tuned = Tuned(date=now_utc(), sampler=settings.sampler, trials=loop.timed(), study=name,
+                          result=decision)
+            record, changes = _new_record(ctx, target, _Write(
+                tid=tid, device=device.id, key=dict(key), cases=tuple(case_indices), record=rec, current=current,
+                best=best_cfg, accepted=accepted, ab=ab, tuned=tuned))
             written = False
             if settings.write:
-                tuned = Tuned(date=now_utc(), sampler=settings.sampler, trials=loop.timed(), study=name,
-                              result=decision)
-                written = _write(ctx, target, _Write(tid=tid, device=device.id, key=dict(key),
-                                                     cases=tuple(case_indices), record=rec,
-                                                     current=current, best=best_cfg, accepted=accepted,
-                                                     ab=ab, tuned=tuned))
+                Store(ctx.params_path).save([record])
+                written = True
     wall = time.monotonic() - started
     summary = StudySummary(
         target=tid, device=device.id, key=dict(key), sampler=settings.sampler, study_name=name,
@@ -641,7 +654,8 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=name, timed=loop.timed(),
                        infeasible=loop.infeasible, failed=loop.failed, default_us=default_us,
                        current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best.value,
-                       accepted=accepted, decision=decision, report=report, wall_s=wall, written=written)
+                       accepted=accepted, decision=decision, report=report, wall_s=wall, written=written,
+                       record=record, changes=changes)
 
 
 def _enqueue(study: Any, enc: Encoding, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> None:
@@ -702,19 +716,22 @@ class _Write:
     tuned: Tuned
 
 
-def _write(ctx: TuneContext, target: Target, w: _Write) -> bool:
-    """Record the outcome in the params file, atomically. Returns whether the parameters changed."""
-    store = Store(ctx.params_path)
+def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tuple[CaseChange, ...]]:
+    """The params-file record a finished tune leaves, and the per-case before/after of an accepted one.
+
+    An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``.
+    """
     if w.accepted and w.ab is not None:
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.candidate, strict=True)}
         baseline = new_baseline(ctx.root, target, ctx.backend, w.best, timings)
-        store.save([Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
-                           tuned=w.tuned)])
-        return True
+        changes = tuple(CaseChange(case_id=a.case_id, before_s=a.median_s, after_s=b.median_s,
+                                   bytes_moved=target.bytes_for(target.case_args(c)))
+                        for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
+        return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
+                      tuned=w.tuned), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
-    store.save([replace(base, tuned=w.tuned)])
-    return False
+    return replace(base, tuned=w.tuned), ()
 
 
 def geomean(values: Sequence[float]) -> float:

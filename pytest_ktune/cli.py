@@ -34,7 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
     tune.add_argument("--autotune", action="store_true",
                       help="only keys with no tuned entry yet for this device")
-    tune.add_argument("--no-write", action="store_true", help="report only; leave the params file alone")
+    tune.add_argument("--write", default="none", choices=("none", "file", "patch", "commit", "pr"),
+                      help="none: report only (the default); file: update ktune-params.json in place; patch: a "
+                           "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
+                           "push and open or update a pull request (GITHUB_TOKEN)")
+    tune.add_argument("--no-write", action="store_true", help="the same as --write none")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
@@ -57,7 +61,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ._tuner import TuneContext, TuneSettings, cases_by_key, tune_key
 
     root = args.root.resolve()
-    settings = _settings(args, write=not args.no_write)
+    mode = "none" if args.no_write else args.write
+    settings = _settings(args, write=mode == "file")
     assert isinstance(settings, TuneSettings)
     settings.check()
     backend = backends.resolve(args.backend)
@@ -68,6 +73,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                       progress=sys.stderr)
     store = Store.load(ctx.params_path)
     failures = 0
+    outcomes = []
     for target in targets:
         if backend not in target.sources:
             print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
@@ -85,11 +91,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 failures += 1
                 print(f"error: {exc.render()}", file=sys.stderr)
                 continue
-            change = "params file updated" if out.written else "params file unchanged"
+            outcomes.append(out)
+            if settings.write:
+                change = "params file updated" if out.written else "params file unchanged"
+            else:
+                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {mode})"
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
-                  f"{out.decision}; {change if settings.write else 'not written (--no-write)'}; "
-                  f"report: {out.report}")
+                  f"{out.decision}; {change}; report: {out.report}")
+    if outcomes:
+        from ._deliver import deliver
+
+        copy_bw = None
+        if mode in ("patch", "commit", "pr") and any(o.changes for o in outcomes):
+            copy_bw = backends.create(backend).copy_bandwidth()
+        print("ktune: " + deliver(mode, root=root, params_path=ctx.params_path, outcomes=outcomes,
+                                  device=outcomes[0].device, copy_bandwidth=copy_bw,
+                                  command="ktune " + " ".join(sys.argv[1:])))
     return 1 if failures else 0
 
 

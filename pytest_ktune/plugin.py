@@ -50,6 +50,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ktune-storage", default=None, metavar="URL",
                     help="an Optuna storage URL (postgresql://...) so several workers share the studies; "
                          "default: a journal file under .ktune/")
+    group.addoption("--ktune-write", default="none", choices=("none", "file", "patch", "commit", "pr"),
+                    help="what to do with tuned winners: none (report only, the default), file (update the "
+                         "params file in place), patch (a git-apply-able patch under .ktune/patches), commit "
+                         "(a new branch ktune/..., your checkout untouched), pr (commit, push, open or update "
+                         "a pull request; needs GITHUB_TOKEN)")
     group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="seconds one candidate may take, compile included, before its worker is killed")
     group.addoption("--ktune-junit", default=None, metavar="PATH",
@@ -89,7 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
         tune = TuneSettings(trials=config.getoption("ktune_trials"),
                             timeout_s=config.getoption("ktune_tune_timeout"),
                             sampler=config.getoption("ktune_sampler"), storage=config.getoption("ktune_storage"),
-                            seed=seed, trial_timeout_s=config.getoption("ktune_trial_timeout"))
+                            seed=seed, trial_timeout_s=config.getoption("ktune_trial_timeout"),
+                            write=config.getoption("ktune_write") == "file")
         try:
             tune.check()
         except KtuneError as exc:
@@ -99,6 +105,8 @@ def pytest_configure(config: pytest.Config) -> None:
         update_baseline=config.getoption("ktune_update_baseline"),
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 2**31),
         tune=tune, autotune=config.getoption("ktune_autotune") and not config.getoption("ktune_tune"),
+        write_mode=config.getoption("ktune_write"),
+        command=" ".join(["pytest", *config.invocation_params.args]),
     )
     session = Session(settings)
     config.stash[SESSION_KEY] = session

@@ -41,7 +41,8 @@ def before(project: Project) -> bytes:
 ])
 def test_an_empty_budget_is_a_usage_error(project: Project, before: bytes, option: str, message: str) -> None:
     project.write()
-    result = project.run("--ktune-tune", option)
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}", "next step: *"])
     assert project.params_path.read_bytes() == before
@@ -49,7 +50,7 @@ def test_an_empty_budget_is_a_usage_error(project: Project, before: bytes, optio
 
 def test_an_empty_budget_on_the_command_line(project: Project, cli: Cli, before: bytes) -> None:
     project.write()
-    done = cli.run("tune", "--trials", "0")
+    done = cli.run("tune", "--write", "file", "--trials", "0")
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["error: a budget of 0 trials tunes nothing",
                                         "next step: give --ktune-trials (or --trials) 1 or more"]
@@ -62,7 +63,8 @@ def test_a_space_the_device_cannot_run_at_all(project: Project, before: bytes) -
     # than the tuner evaluates at once, so that it has to notice that nothing can ever be timed.
     blocks = [8192 << i for i in range(6)]
     project.write(scale_target(space=f"BLOCK={blocks}", default="{'BLOCK': 8192}"))
-    result = project.run("--ktune-tune", "--ktune-trials=3", "--ktune-seed=2", "-m", "ktune_tune")
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         "--ktune-trials=3", "--ktune-seed=2", "-m", "ktune_tune")
     result.assert_outcomes(failed=1)
     text = " ".join(failure_section(result, "scale::tune[N4096]").split())
     assert "target scale (" in text
@@ -78,7 +80,8 @@ def test_a_space_the_device_cannot_run_at_all(project: Project, before: bytes) -
 def test_a_storage_that_cannot_be_reached(project: Project, before: bytes) -> None:
     project.write(repeat_target())
     url = "postgresql+psycopg2://nobody:hunter2@127.0.0.1:1/x"
-    result = project.run("--ktune-tune", "--ktune-trials=3", f"--ktune-storage={url}", "-m", "ktune_tune")
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         "--ktune-trials=3", f"--ktune-storage={url}", "-m", "ktune_tune")
     result.assert_outcomes(failed=1)
     text = failure_section(result, "scale::tune[N4096]")
     assert "cannot reach the study storage postgresql+psycopg2://nobody:***@127.0.0.1:1/x: OperationalError" in text
@@ -106,11 +109,11 @@ def complete_trials(cli: Cli) -> int:
 
 def test_a_second_tune_of_the_same_study_is_refused(project: Project, cli: Cli, before: bytes) -> None:
     project.write(slow_target(65536))
-    first = cli.start("tune", "--trials", "12")
+    first = cli.start("tune", "--write", "file", "--trials", "12")
     try:
         wait_until(lambda: complete_trials(cli) >= 1, timeout=120, what="timed trial of the first tune",
                    alive=first)
-        second = cli.run("tune", "--trials", "12", timeout=120)
+        second = cli.run("tune", "--write", "file", "--trials", "12", timeout=120)
         assert first.poll() is None, "the first tune ended before the second was refused"
     finally:
         first.send_signal(signal.SIGINT)
@@ -128,7 +131,7 @@ def test_a_second_tune_of_the_same_study_is_refused(project: Project, cli: Cli, 
 def test_ctrl_c_saves_the_study_and_the_same_command_resumes_it(project: Project, cli: Cli, before: bytes) -> None:
     project.write(slow_target(16384, case(2048, case_id="small")))
     budget = 6
-    tune = cli.start("tune", "--trials", str(budget), "--seed", "4")
+    tune = cli.start("tune", "--write", "file", "--trials", str(budget), "--seed", "4")
     try:
         wait_until(lambda: complete_trials(cli) >= 2, timeout=120, what="two timed trials", alive=tune)
         tune.send_signal(signal.SIGINT)  # to the command alone; its worker ignores SIGINT anyway
@@ -152,7 +155,7 @@ def test_ctrl_c_saves_the_study_and_the_same_command_resumes_it(project: Project
     first_timed = {t.number: t.value for t in timed(first_trials)}
     assert 2 <= len(first_timed) < budget
 
-    again = cli.run("tune", "--trials", str(budget), "--seed", "4")
+    again = cli.run("tune", "--write", "file", "--trials", str(budget), "--seed", "4")
     assert again.returncode == 0, again.stdout + again.stderr
     resumed, other = summaries(again.stdout)
     assert (resumed["key"], resumed["timed"], other["key"]) == ("N=16384", str(budget), "N=2048")

@@ -13,7 +13,7 @@ from ._tk import OTHER_RECORD_FILE, Cli, repeat_target, summaries
 
 def test_tune_prints_the_summary_and_writes(project: Project, cli: Cli) -> None:
     project.write(repeat_target(), add_target())
-    done = cli.run("tune", "scale", "--trials", "4", "--seed", "3")
+    done = cli.run("tune", "--write", "file", "scale", "--trials", "4", "--seed", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     (line,) = summaries(done.stdout)
     assert line["target"] == "scale" and line["key"] == "N=4096"
@@ -37,7 +37,7 @@ def test_no_write_leaves_the_params_file_byte_identical(project: Project, cli: C
     project.write(repeat_target())
     project.params_path.write_text(OTHER_RECORD_FILE)
     before = project.params_path.read_bytes()
-    done = cli.run("tune", "--trials", "3", "--seed", "3", "--no-write")
+    done = cli.run("tune", "--write", "file", "--trials", "3", "--seed", "3", "--no-write")
     assert done.returncode == 0, done.stdout + done.stderr
     (line,) = summaries(done.stdout)
     assert line["written"] == "not written (--no-write)"
@@ -49,7 +49,7 @@ def test_an_unknown_target_is_refused_with_the_known_ones(project: Project, cli:
     project.write()  # the scale and add targets of _kit
     project.params_path.write_text(OTHER_RECORD_FILE)
     before = project.params_path.read_bytes()
-    done = cli.run("tune", "sacle")
+    done = cli.run("tune", "--write", "file", "sacle")
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.splitlines() == [f"error: no target named 'sacle' under {project.path.resolve()}",

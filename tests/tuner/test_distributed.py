@@ -22,7 +22,7 @@ def test_a_coordinator_and_two_workers_share_one_study(project: Project, cli: Cl
     url = postgres_fresh_url
     # Everything starts at once, on an empty database: the workers wait for the study to appear.
     workers = [cli.start("worker", "--storage", url) for _ in range(WORKERS)]
-    coordinator = cli.start("tune", "--storage", url, "--trials", str(BUDGET))
+    coordinator = cli.start("tune", "--write", "file", "--storage", url, "--trials", str(BUDGET))
     try:
         code, out, err = finish(coordinator, timeout=240)
         assert code == 0, out + err

@@ -37,7 +37,8 @@ def check_written(record: dict[str, Any], sampler: str, trials: int) -> None:
 
 def test_tune_writes_the_winner_then_the_gate_passes_and_autotune_skips(project: Project) -> None:
     project.write(repeat_target(repeats=REPEATS))
-    result = project.run("--ktune-tune", "--ktune-trials=5", "--ktune-seed=11", "-v")
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         "--ktune-trials=5", "--ktune-seed=11", "-v")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines([lit("kernels.py::scale::tune[N4096]") + " PASSED*",
@@ -70,7 +71,7 @@ def test_tune_writes_the_winner_then_the_gate_passes_and_autotune_skips(project:
     assert row[4] != "-"  # a baseline was there to compare with
 
     # --ktune-autotune: tuned already and no regression in this run, so the key is skipped.
-    auto = project.run("--ktune-autotune", "--ktune-trials=5", "-rs")
+    auto = project.run("--ktune-autotune", "--ktune-write=file", "--ktune-trials=5", "-rs")
     assert auto.ret == 0, auto.stdout.str()
     auto.assert_outcomes(passed=2, skipped=1)
     auto.stdout.re_match_lines([r"SKIPPED \[1\] .*: tuned on \d{4}-\d\d-\d\dT[\d:]+Z and no regression "
@@ -82,7 +83,8 @@ def test_tune_writes_the_winner_then_the_gate_passes_and_autotune_skips(project:
 @pytest.mark.parametrize("sampler", ["random", "grid"])
 def test_other_samplers(project: Project, sampler: str) -> None:
     project.write(repeat_target(repeats=(1, 64)))  # four points; the budget covers them all
-    result = project.run("--ktune-tune", f"--ktune-sampler={sampler}", "--ktune-trials=4", "--ktune-seed=5",
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         f"--ktune-sampler={sampler}", "--ktune-trials=4", "--ktune-seed=5",
                          "-m", "ktune_tune")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=1)

@@ -52,7 +52,8 @@ def test_each_broken_candidate_fails_alone_and_the_best_is_still_written(project
                                      f"constraints=['BLOCK == 64 or MODE == {MODE_OK}']",
                                default=f"{{'BLOCK': 64, 'MODE': {MODE_SLOW}}}"),
                   sources={"probe": PROBE_CL})
-    result = project.run("--ktune-tune", "--ktune-sampler=grid", "--ktune-trials=2", "--ktune-trial-timeout=5",
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         "--ktune-sampler=grid", "--ktune-trials=2", "--ktune-trial-timeout=5",
                          "--ktune-seed=1")
 
     # pytest itself came through: the default's items and the tune item pass.
@@ -122,7 +123,8 @@ def test_a_configuration_that_failed_is_not_tried_again(project: Project) -> Non
     project.write(probe_target(space=f"BLOCK={space['BLOCK']}, MODE={space['MODE']}",
                                default=f"{{'BLOCK': 64, 'MODE': {MODE_SLOW}}}"),
                   sources={"probe": PROBE_CL})
-    result = project.run("--ktune-tune", "--ktune-sampler=random", "--ktune-trials=5", "--ktune-seed=7",
+    result = project.run("--ktune-tune", "--ktune-write=file",
+                         "--ktune-sampler=random", "--ktune-trials=5", "--ktune-seed=7",
                          "-m", "ktune_tune")
     assert result.ret == 0, result.stdout.str()
     result.assert_outcomes(passed=1)
