@@ -33,7 +33,6 @@ _CHAR_W = 7.0  # rough width of one character at font-size 12, for layout only
 # Characters XML 1.0 forbids even when escaped; compiler logs in a ``reason`` can carry them.
 _XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_PASSWORD = re.compile(r"(://[^/:@]*:)[^/@]*@")
 
 
 @dataclass(frozen=True)
@@ -273,7 +272,9 @@ def _best_row(rows: Sequence[TrialRow], best_params: Mapping[str, object] | None
 
 def redact_storage(storage: str) -> str:
     """A storage URL with any password replaced, so that a report can be shared."""
-    return _PASSWORD.sub(r"\1***@", storage)
+    from ._tuner import redact
+
+    return redact(storage)
 
 
 # -- SVG: trial history ------------------------------------------------------
