@@ -1,0 +1,57 @@
+"""Fused residual-add + RMSNorm as a pytest-ktune target.
+
+The pre-norm step of a transformer layer: ``residual += x`` (written back in
+place), then ``out = residual / sqrt(mean(residual^2) + eps) * w``. The
+function returns ``(out, residual)``: ``out`` is a fresh array, ``residual`` is
+the caller's array with its new value, so both are checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import ktune
+
+
+def fused_add_rmsnorm_reference(x: np.ndarray, residual: np.ndarray, w: np.ndarray,
+                                eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(normalised output, updated residual) in float64."""
+    z = residual.astype(np.float64) + x.astype(np.float64)
+    rms = np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + eps)
+    out: np.ndarray = z / rms * w.astype(np.float64)
+    return out, z
+
+
+def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
+    return ktune.Case(x=ktune.Tensor((t, h), dtype), residual=ktune.Tensor((t, h), dtype),
+                      w=ktune.Tensor((h,), dtype, init="positive"), eps=1e-6, **kw)
+
+
+@ktune.target(
+    sources={"cuda": "fused_add_rmsnorm.cu", "opencl": "fused_add_rmsnorm.cl"},
+    # What serving stacks ship: one block of 256 threads per row, scalar loads.
+    default={"BLOCK": 256, "VEC": 1},
+    space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
+                      constraints=["H % VEC == 0"]),
+    key=lambda x: {"T": ktune.bucket(x.shape[0]), "H": x.shape[1], "dtype": x.dtype.name},
+    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16)},
+    cases=[
+        *(_case(t, h, dt) for dt in ("float16", "float32") for t, h in ((1, 4096), (48, 2048))),
+        _case(4096, 8192, "float16", backends=["cuda"]),
+        _case(16384, 4096, "float16", backends=["cuda"]),
+        _case(16384, 2048, "float16", backends=["cuda"]),
+    ],
+    reference=fused_add_rmsnorm_reference,
+    # x and w read; residual read and written; out (the size of x) written.
+    bytes_moved=lambda x, residual, w: 2 * x.nbytes + 2 * residual.nbytes + w.nbytes,
+    flops=lambda x: 5 * x.size,
+)
+def fused_add_rmsnorm(kernel: ktune.Kernel, x: Any, residual: Any, w: Any,
+                      eps: float = 1e-6) -> tuple[Any, Any]:
+    tokens, hidden = x.shape
+    out = kernel.empty_like(x)
+    kernel.launch(grid=tokens, block=kernel["BLOCK"],
+                  args=[out, residual, x, w, np.int32(hidden), np.float32(eps)])
+    return out, residual
