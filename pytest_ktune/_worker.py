@@ -226,6 +226,13 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _compile_reason(message: str) -> str:
+    """The compiler's first error line (not the list of defines that heads the message), on one line."""
+    lines = message.splitlines()
+    errors = [ln for ln in lines[1:] if "error" in ln.lower()]
+    return "compile error: " + _one_line(errors[0] if errors else message)
+
+
 def _worker_main(conn: Any, spec: WorkerSpec) -> None:
     """The worker's loop: one request at a time; a launch failure ends the process."""
     import signal
@@ -254,7 +261,7 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
             for i, cfg in enumerate(configs):
                 secs, error = compiled[i]
                 if error:
-                    conn.send(("outcome", Outcome(cfg, "failed", "compile error: " + _one_line(error),
+                    conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error),
                                                   compile_s=secs)))
                     continue
                 try:

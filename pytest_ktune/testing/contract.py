@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -109,6 +109,18 @@ def _best_times(backend: Backend, runs: Sequence[tuple[Sequence[Sequence[Launch]
     finally:
         for t in timers:
             t.close()
+
+
+def _within_tries(check: Callable[[], None], tries: int = 3) -> None:
+    """Run a timing check up to ``tries`` times: a busy spell on a shared CPU can spoil one measurement,
+    but a timer that is really wrong fails every time."""
+    for attempt in range(tries):
+        try:
+            check()
+            return
+        except AssertionError:
+            if attempt == tries - 1:
+                raise
 
 
 def _assert_scaled(got: np.ndarray, x: np.ndarray, scale: float, offset: float) -> None:
@@ -320,17 +332,25 @@ class BackendContract:
 
     def test_timer_measures_four_times_the_work_as_slower(self, backend: Backend) -> None:
         fn, iters, _ = self.calibrated_spin(backend)
-        small, large = _best_times(backend, [([[self.spin_launch(backend, fn, iters)]], 1),
-                                             ([[self.spin_launch(backend, fn, 4 * iters)]], 1)])
-        assert large / small > 2, f"4x the work timed {large:.3g} s against {small:.3g} s"
+
+        def check() -> None:
+            small, large = _best_times(backend, [([[self.spin_launch(backend, fn, iters)]], 1),
+                                                 ([[self.spin_launch(backend, fn, 4 * iters)]], 1)])
+            assert large / small > 2, f"4x the work timed {large:.3g} s against {small:.3g} s"
+
+        _within_tries(check)
 
     def test_timer_sample_is_one_pass_averaged_over_repeats(self, backend: Backend) -> None:
         fn, iters, _ = self.calibrated_spin(backend)
         launch = self.spin_launch(backend, fn, iters)
-        one, repeated, two_sets = _best_times(backend, [([[launch]], 1), ([[launch]], 4),
-                                                        ([[launch], [launch]], 1)])
-        assert 0.5 < repeated / one < 2, f"repeats=4 gave {repeated:.3g} s per pass against {one:.3g} s"
-        assert 1.3 < two_sets / one < 3, f"two launch sets took {two_sets:.3g} s against {one:.3g} s for one"
+
+        def check() -> None:
+            one, repeated, two_sets = _best_times(backend, [([[launch]], 1), ([[launch]], 4),
+                                                            ([[launch], [launch]], 1)])
+            assert 0.5 < repeated / one < 2, f"repeats=4 gave {repeated:.3g} s per pass against {one:.3g} s"
+            assert 1.3 < two_sets / one < 3, f"two launch sets took {two_sets:.3g} s against {one:.3g} s for one"
+
+        _within_tries(check)
 
     def test_copy_bandwidth_is_positive_and_finite(self, backend: Backend) -> None:
         bw = backend.copy_bandwidth()
