@@ -67,24 +67,31 @@ def cdiv(a: int, b: int) -> int:
 
 
 class CompileCache:
-    """Compiled programs by backend, device, source hash and defines; in memory here,
-    on disk through each backend's own compiler cache (directed under ``.ktune/cache``)."""
+    """Compiled programs by backend instance, device, source hash and defines; in memory here,
+    on disk through each backend's own compiler cache (directed under ``.ktune/cache``).
+
+    A program belongs to the context it was built in, so two backends on the same device
+    (two OpenCL contexts, say) never share an entry.
+    """
 
     def __init__(self) -> None:
-        self._programs: dict[str, Program] = {}
+        self._programs: dict[str, tuple[Backend, Program]] = {}
 
     @staticmethod
     def key(backend: Backend, source: str, defines: Mapping[str, Value]) -> str:
         d = backend.device
         text = "\n".join([backend.name, d.name, d.arch, d.compiler, source,
                           repr(sorted((k, str(v)) for k, v in defines.items()))])
-        return hashlib.sha256(text.encode()).hexdigest()
+        return f"{id(backend)}:" + hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, backend: Backend, source: str, defines: Mapping[str, Value], filename: str) -> Program:
         k = self.key(backend, source, defines)
-        if k not in self._programs:
-            self._programs[k] = backend.compile(source, defines, filename=filename)
-        return self._programs[k]
+        hit = self._programs.get(k)
+        # The entry keeps its backend alive, so its id cannot be reused by another backend meanwhile.
+        if hit is None or hit[0] is not backend:
+            hit = (backend, backend.compile(source, defines, filename=filename))
+            self._programs[k] = hit
+        return hit[1]
 
     def clear(self) -> None:
         self._programs.clear()

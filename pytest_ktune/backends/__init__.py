@@ -63,7 +63,9 @@ def backend_for(args: tuple[Any, ...]) -> Backend:
             from .opencl import OpenCLBackend
 
             key = f"opencl:{id(a.queue)}"
-            if key not in _INSTANCES:
+            known = _INSTANCES.get(key)
+            # An id can be reused once a queue is gone: only the same queue object may reuse a backend.
+            if known is None or getattr(known, "queue", None) is not a.queue:
                 _INSTANCES[key] = OpenCLBackend(queue=a.queue)
             return _INSTANCES[key]
     raise BackendUnavailable(

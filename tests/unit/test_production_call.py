@@ -106,3 +106,18 @@ def test_a_damaged_params_file_warns_and_runs_the_default(tmp_path: Path) -> Non
     messages = [str(w.message) for w in caught if issubclass(w.category, KtuneWarning)]
     assert messages and "ktune-params.json" in messages[0] and "not valid JSON" in messages[0]
     assert (tmp_path / "ktune-params.json").read_text() == "{ not json"
+
+
+def test_two_backends_on_one_device_never_share_a_compiled_program() -> None:
+    """A program belongs to its context: a second OpenCL context on the same device gets its own build."""
+    from pytest_ktune._runtime import CompileCache
+    from pytest_ktune.backends.opencl import OpenCLBackend
+
+    cache = CompileCache()
+    first, second = OpenCLBackend(queue=_queue()), OpenCLBackend(queue=_queue())
+    assert first.device == second.device and first.context != second.context
+    a = cache.get(first, KERNEL_CL, {"SCALE": 2}, "scale.cl")
+    assert cache.get(first, KERNEL_CL, {"SCALE": 2}, "scale.cl") is a
+    b = cache.get(second, KERNEL_CL, {"SCALE": 2}, "scale.cl")
+    assert b is not a
+    assert b.program.context == second.context  # type: ignore[attr-defined]
