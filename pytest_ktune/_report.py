@@ -52,24 +52,12 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
 
 
 def summary_table(results: Sequence[PerfResult]) -> list[str]:
+    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict."""
     header = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
               "% copy BW", "verdict"]
-    rows = [header]
-    for r in results:
-        rows.append([
-            r.target, r.case, f"{r.backend} / {r.device}", _us(r.time_us), _us(r.baseline_us),
-            f"{r.ratio:.3f}" if r.ratio is not None else "-",
-            f"{r.gbps:.1f}" if r.gbps is not None else "-",
-            f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
-            r.verdict,
-        ])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    right = {3, 4, 5, 6, 7}
-    lines = []
-    for j, row in enumerate(rows):
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths,
-                                                                                           strict=True))]
-        lines.append("  ".join(cells).rstrip())
-        if j == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+    rows = [[r.target, r.case, f"{r.backend} / {r.device}", _us(r.time_us), _us(r.baseline_us),
+             f"{r.ratio:.3f}" if r.ratio is not None else "-",
+             f"{r.gbps:.1f}" if r.gbps is not None else "-",
+             f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
+             r.verdict] for r in results]
+    return _table(header, rows, {3, 4, 5, 6, 7})

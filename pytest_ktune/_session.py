@@ -359,7 +359,7 @@ class Session:
                           settings=settings, progress=stream)
         out = tune_key(ctx, target, key, indices)
         self.tunes.append(out)
-        if out.written or settings.write:
+        if out.written:
             self._tuned.add((self.target_id(target), out.device, key_string(key)))
             try:
                 self.store = Store.load(self.settings.params_path)

@@ -13,7 +13,6 @@ import contextlib
 import datetime
 import hashlib
 import json
-import math
 import os
 import sys
 import time
@@ -732,10 +731,6 @@ def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tu
                       tuned=w.tuned), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
     return replace(base, tuned=w.tuned), ()
-
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
 # -- joining studies in a shared storage (ktune worker) -----------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,3 @@ def call_reference(target: Target, host_inputs: Mapping[str, Any]) -> Any:
 
 def upload(backend: Any, host_inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (backend.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in host_inputs.items()}
-
-
-def nbytes(values: Sequence[Any]) -> int:
-    return sum(int(getattr(v, "nbytes", 0)) for v in values)

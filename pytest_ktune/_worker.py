@@ -152,7 +152,7 @@ class _Evaluator:
 
     def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int) -> Outcome:
         from ._bench import measure
-        from ._errors import LaunchError, LimitError, MismatchError, ReferenceShapeError
+        from ._errors import LimitError, MismatchError, ReferenceShapeError
         from ._evaluate import timing_sets
 
         t0 = time.perf_counter()
@@ -174,8 +174,6 @@ class _Evaluator:
         except (MismatchError, ReferenceShapeError) as exc:
             return Outcome(cfg, "failed", _one_line(exc.message), compile_s=compile_s,
                            run_s=time.perf_counter() - t0)
-        except LaunchError:
-            raise  # the context may be poisoned: let the worker report it and exit
         finally:
             self.backend.release()
         return Outcome(cfg, "ok", times=tuple(times), compile_s=compile_s, run_s=time.perf_counter() - t0,
