@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,6 +30,7 @@ from ._target import Case, Target
 from ._worker import ABOutcome, CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
+MEMORY = ":memory:"  # an in-memory study storage, for replays (nothing is saved)
 MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so
 ALPHA = 0.01
 
@@ -192,6 +193,8 @@ def open_storage(url: str | None, scratch: Path) -> tuple[Any, str]:
     """The Optuna storage and how to name it in messages."""
     import optuna
 
+    if url == MEMORY:
+        return optuna.storages.InMemoryStorage(), "memory"
     if url is None:
         scratch.mkdir(parents=True, exist_ok=True)
         path = scratch / "studies.journal"
@@ -269,6 +272,10 @@ class TuneContext:
     backend: str
     settings: TuneSettings
     progress: TextIO | None = None
+    # Replays (``_replay``) answer from a recorded landscape instead of a worker process, and write
+    # no report; the live tuner leaves both as they are.
+    pool_factory: Callable[..., Any] | None = None
+    reports: bool = True
 
     @property
     def scratch(self) -> Path:
@@ -405,7 +412,6 @@ class _Loop:
                 self._tell(trial, cfg, out)
                 if on_trial is not None:
                     on_trial()
-            seed += 1
         return True
 
     def _twin(self, number: int, ck: str) -> Any:
@@ -565,7 +571,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             raise
         store = None
     storage, storage_name = open_storage(settings.storage, ctx.scratch)
-    with WorkerPool(spec, trial_timeout_s=settings.trial_timeout_s) as pool:
+    with (ctx.pool_factory or WorkerPool)(spec, trial_timeout_s=settings.trial_timeout_s) as pool:
         pool.ensure()
         device = pool.device
         name = study_name(tid, device.id, key)
@@ -647,7 +653,8 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         accepted=accepted, decision=decision, feasible_points=len(feasible), wall_s=wall)
     report = None
     try:
-        report = write_report(ctx.scratch / "reports", summary, _all_rows(study, enc), importances_of(study))
+        if ctx.reports:
+            report = write_report(ctx.scratch / "reports", summary, _all_rows(study, enc), importances_of(study))
     except OSError:
         report = None
     return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=name, timed=loop.timed(),
