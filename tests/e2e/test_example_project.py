@@ -91,7 +91,10 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
     for row in rows.values():
         assert row[2].startswith("opencl / ")
         assert float(row[3].replace(",", "")) > 0
-        assert float(row[6]) > 0 and row[7].endswith("%")  # both targets declare bytes_moved
+        # Every example target declares bytes_moved; a MoE router's few hundred bytes show as 0.0 GB/s.
+        assert row[6] != "-" and float(row[6]) >= 0 and row[7].endswith("%")
+        if row[0] in ("rmsnorm", "silu_and_mul"):
+            assert float(row[6]) > 0
     assert snapshot(EXAMPLE) == before, "the run wrote into the repository's example project"
 
 
