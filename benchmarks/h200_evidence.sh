@@ -10,16 +10,39 @@
 #   regress   benchmarks/gate_demo.py: the gate catching a worse configuration and a slower source
 #   tuner     benchmarks/bench_tuner.py: exhaustive optimum, live TPE tune, TPE against random
 #   tune      pytest --ktune --ktune-tune on two keys of a copy of example_project, then the gate
-#   kernels   benchmarks/bench_kernels.py
+#   kernels   benchmarks/bench_kernels.py, tuned = $PARAMS (default: the merged tune-a/tune-b file when this
+#             machine made one, else example_project/ktune-params.json)
+#   tune-a, tune-b   ktune tune --write file on a copy of example_project, for two halves of its targets
+#   merge     the committed params file with what tune-a and tune-b wrote (here, or into $TUNED_FROM), into
+#             $OUT/ktune-params-tuned-h200.json
+#   gate-tuned       pytest --ktune on the merged file, on the small and the largest cases
+#   landscapes-small, landscapes-large   ktune record: every target's smallest key, and its largest up to 32 MB
+#   agent-silu, agent-rest   benchmarks/bench_agent.py on the naive kernels
+# A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
+# With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
 OUT=${OUT:-benchmarks/results/raw}
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
+if [ "${SKIP_INSTALL:-0}" != 1 ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || { echo "wheel install failed"; exit 1; }
+fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+BK=${BK:-cuda}  # the backend of the steps from kernels on (opencl: a smoke test of this script on a CPU)
+TARGETS_A=${TARGETS_A:-"rmsnorm fused_add_rmsnorm silu_and_mul gelu_tanh_and_mul rotary_neox"}
+TARGETS_B=${TARGETS_B:-"per_token_group_quant moe_topk_softmax merge_attn_states reshape_and_cache_flash"}
+tune_half() {  # $1: a or b, $2: targets
+    rm -rf "/tmp/et-$1" && cp -r example_project "/tmp/et-$1"
+    { header ktune tune --backend $BK --trials 8 --timeout 3 --write file "$2"
+      for t in $2; do python3 -m pytest_ktune.cli tune --root "/tmp/et-$1" --backend $BK --trials 8 --timeout 3 \
+          --seed 1 --write file "$t"; cp "/tmp/et-$1/ktune-params.json" "$OUT/ktune-params-tuned-$1.json"; done; } 2>&1 \
+        | tee "$OUT/tune_$1.txt"
+}
 header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
 rc=0
-for step in "$@"; do
+for spec in "$@"; do
+    step=${spec%%:*}
+    limit=""; [ "$spec" != "$step" ] && limit="timeout -s INT ${spec#*:}"
     case $step in
     tests)
         { header pytest tests/contract tests/unit -rs; python3 -m pytest -p no:cacheprovider tests/contract tests/unit -q -rs; } 2>&1 | tee "$OUT/tests_cuda.txt" || rc=1 ;;
@@ -41,7 +64,38 @@ for step in "$@"; do
         { header pytest --ktune --ktune-tune --ktune-write=file example_project -k "T64-H4096-float16 or T256-I14336-float16"; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda --ktune-tune --ktune-write=file --ktune-trials=15 /tmp/et -k "T64-H4096-float16 or T256-I14336-float16" -q; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/et -k "T64-H4096-float16 or T256-I14336-float16" -q; } 2>&1 | tee "$OUT/tune_pytest_cuda.txt" || rc=1
         cp /tmp/et/ktune-params.json "$OUT/ktune-params-tuned-h200.json" ;;
     kernels)
-        { header python3 benchmarks/bench_kernels.py --backend cuda; python3 benchmarks/bench_kernels.py --backend cuda --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
+        params=${PARAMS:-}
+        [ -z "$params" ] && [ -f /tmp/et-tuned.json ] && params=/tmp/et-tuned.json
+        params=${params:-example_project/ktune-params.json}
+        { header python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200
+          $limit python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200 \
+            --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
+    tune-a) export -f header; $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK; tune_half a \"$TARGETS_A\"" || rc=1 ;;
+    tune-b) export -f header; $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK; tune_half b \"$TARGETS_B\"" || rc=1 ;;
+    merge)  # the tune-a and tune-b copies when this machine made them, else their files in $TUNED_FROM
+        cp example_project/ktune-params.json /tmp/et-tuned.json
+        from=(/tmp/et-a/ktune-params.json /tmp/et-b/ktune-params.json)
+        [ -f "${from[0]}" ] && [ -f "${from[1]}" ] || from=("${TUNED_FROM:-$OUT}"/ktune-params-tuned-[ab].json)
+        python3 benchmarks/merge_params.py /tmp/et-tuned.json "${from[@]}" --keep-commits --changed-only --device "${DEVICE_MATCH:-H200}" \
+            && cp /tmp/et-tuned.json "$OUT/ktune-params-tuned-h200.json" || rc=1 ;;
+    gate-tuned)
+        rm -rf /tmp/eg && cp -r example_project /tmp/eg && cp /tmp/et-tuned.json /tmp/eg/ktune-params.json
+        { header pytest --ktune example_project -k "T1- or T16384 or T8192"
+          $limit python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=$BK /tmp/eg -k "T1- or T16384 or T8192" -q; } 2>&1 \
+            | tee "$OUT/example_gate_tuned_cuda.txt" || rc=1 ;;
+    landscapes-small|landscapes-large)
+        mkdir -p "$OUT/landscapes"
+        which=--smallest-key; extra=(); [ "$step" = landscapes-large ] && { which=--largest-key; extra=(--max-bytes 32M); }
+        { header ktune record --backend $BK "$which" "${extra[@]}"
+          # shellcheck disable=SC2086  # LANDSCAPE_TARGETS: target names, split on purpose (default: all)
+          $limit python3 -m pytest_ktune.cli record --root example_project --backend $BK "$which" "${extra[@]}" \
+            --out "$OUT/landscapes/" ${LANDSCAPE_TARGETS:-}; } 2>&1 \
+            | tee "$OUT/landscapes/record-${step#landscapes-}${CUDA_VISIBLE_DEVICES:+-gpu$CUDA_VISIBLE_DEVICES}.txt" || rc=1 ;;
+    agent-silu|agent-rest)
+        kernels=silu_and_mul; [ "$step" = agent-rest ] && kernels=gelu_tanh_and_mul,rmsnorm
+        { header python3 benchmarks/bench_agent.py --backend $BK --seeds 5 --kernels "$kernels"
+          $limit python3 benchmarks/bench_agent.py --backend $BK --seeds 5 --kernels "$kernels" \
+            --out "$OUT/bench_agent-cuda-${step#agent-}.json"; } 2>&1 | tee "$OUT/bench_agent-${step#agent-}.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

@@ -38,6 +38,7 @@ class Settings:
     autotune: bool = False
     write_mode: str = "none"
     command: str = "pytest --ktune --ktune-tune"
+    agent: Any = None  # an agent.AgentSettings under --ktune-agent (its model None: the rule-based templater)
 
     @property
     def scratch(self) -> Path:
@@ -125,6 +126,7 @@ class Session:
         self.settings = settings
         self.results: list[PerfResult] = []
         self.tunes: list[TuneOutcome] = []
+        self.agents: dict[str, Any] = {}  # target id -> the agent's AgentResult (--ktune-agent)
         self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
         self.updates: dict[tuple[str, str, str], Record] = {}
         self._tuned: set[tuple[str, str, str]] = set()
@@ -357,6 +359,8 @@ class Session:
         stream = sys.__stderr__ if sys.__stderr__ is not None and sys.__stderr__.isatty() else None
         ctx = TuneContext(root=self.settings.root, params_path=self.settings.params_path, backend=backend.name,
                           settings=settings, progress=stream)
+        if self.settings.agent is not None and self.target_id(target) not in self.agents:
+            self.agents[self.target_id(target)] = self._agent(target, backend.name, settings, stream)
         out = tune_key(ctx, target, key, indices)
         self.tunes.append(out)
         if out.written:
@@ -366,6 +370,23 @@ class Session:
             except StoreError as exc:
                 self.store, self.store_error = None, exc
         return out
+
+    def _agent(self, target: Target, backend: str, settings: TuneSettings, stream: Any) -> Any:
+        """The agent loop (or, with no model, the rule-based templater) on ``target``, once per target."""
+        from .agent._loop import rules_fallback, run_agent
+        from .agent._tools import Bench
+
+        bench = Bench(root=self.settings.root, params_path=self.settings.params_path, backend=backend, base=target,
+                      tune=settings, progress=stream)
+        try:
+            if self.settings.agent.model is None:
+                return rules_fallback(bench, write=settings.write)
+            return run_agent(bench, self.settings.agent, write=settings.write)
+        except KtuneError as exc:  # the search of the target itself still runs
+            from .agent._loop import AgentResult
+
+            return AgentResult(target=target.name, status="error", stop=exc.message,
+                               message=f"{target.name}: the agent stage failed: {exc.render()}")
 
     def _add(self, r: PerfResult) -> PerfResult:
         self.results.append(r)

@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import os
+import random
 import sys
 import time
 from collections import Counter
@@ -30,7 +31,9 @@ from ._target import Case, Target
 from ._worker import ABOutcome, CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
+DEFAULT_SAMPLER = "tpe"  # with the warm starts and the device priors: the default strategy (bench-search)
 MEMORY = ":memory:"  # an in-memory study storage, for replays (nothing is saved)
+STUCK_AFTER = 2  # proposals in a row that bring nothing new before the loop picks an untried configuration
 MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so
 ALPHA = 0.01
 
@@ -41,12 +44,13 @@ class TuneSettings:
 
     trials: int = 40
     timeout_s: float | None = None
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     storage: str | None = None  # None: a journal file under .ktune/
     seed: int | None = None
     trial_timeout_s: float = 60.0
     batch: int = 4
     write: bool = True
+    priors: bool = True  # time the device priors (_priors) right after the warm starts
 
     def check(self) -> None:
         if self.trials < 1:
@@ -276,6 +280,7 @@ class TuneContext:
     # no report; the live tuner leaves both as they are.
     pool_factory: Callable[..., Any] | None = None
     reports: bool = True
+    sampler_factory: Callable[[Encoding], Any] | None = None  # a sampler not in SAMPLERS (bench-search)
 
     @property
     def scratch(self) -> Path:
@@ -354,6 +359,7 @@ class _Loop:
 
         settings = self.settings
         fruitless = 0
+        stuck = 0  # proposals in a row that timed nothing new
         limit = max(50, 3 * self.target.space.size)
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(3), "little")
         while self.timed() < settings.trials:
@@ -366,6 +372,11 @@ class _Loop:
                 busy = self.in_flight({t.number for t, _ in batch})
                 if self.timed() + busy + len(batch) >= settings.trials or fruitless > limit:
                     break
+                if stuck >= STUCK_AFTER:
+                    # The sampler keeps proposing what was seen: time a configuration it has not tried
+                    # instead, so that a budget as large as the space covers the space.
+                    self._explore(in_batch, seed)
+                    stuck = 0
                 trial = self.study.ask(self.enc.distributions)
                 cfg = self.enc.decode(trial.params)
                 ck = config_key(cfg)
@@ -375,6 +386,7 @@ class _Loop:
                     self.study.tell(trial, state=TrialState.FAIL)
                     self.infeasible += 1
                     fruitless += 1
+                    stuck += 1
                     self._row(trial.number, cfg, "infeasible", None, reason="; ".join(broken),
                               attrs=trial.user_attrs)
                     continue
@@ -383,6 +395,7 @@ class _Loop:
                     trial.set_user_attr("skipped", "being timed by another trial")
                     self.study.tell(trial, state=TrialState.FAIL)
                     fruitless += 1
+                    stuck += 1
                     continue
                 if twin is not None:
                     trial.set_user_attr("duplicate", twin.number)
@@ -390,6 +403,7 @@ class _Loop:
                     fruitless += 1
                     self._row(trial.number, cfg, "duplicate", twin.value,
                               reason=f"same as trial {twin.number}", attrs=trial.user_attrs)
+                    stuck += 1
                     continue
                 earlier = self._broken_before(trial.number, ck)
                 if earlier is not None:
@@ -398,8 +412,10 @@ class _Loop:
                     trial.set_user_attr("skipped", f"failed in trial {earlier.number}")
                     self.study.tell(trial, state=TrialState.FAIL)
                     fruitless += 1
+                    stuck += 1
                     continue
                 fruitless = 0
+                stuck = 0
                 in_batch.add(ck)
                 batch.append((trial, cfg))
             if not batch:
@@ -413,6 +429,15 @@ class _Loop:
                 if on_trial is not None:
                     on_trial()
         return True
+
+    def _explore(self, in_batch: Collection[str], seed: int) -> None:
+        """Queue one feasible configuration the study has neither tried nor queued, drawn at random
+        (seeded by the run's seed and the study's size, so a replay repeats itself)."""
+        known = {config_key(self.enc.decode(t.params)) for t in self._trials() if t.params} | set(in_batch)
+        untried = [c for c in self.target.space.feasible(self.key) if config_key(c) not in known]
+        if untried:
+            pick = random.Random(f"{seed}:{len(known)}").choice(untried)
+            _enqueue(self.study, self.enc, [("explore", pick)])
 
     def _twin(self, number: int, ck: str) -> Any:
         """The lowest-numbered other trial with the same configuration that is running or complete."""
@@ -559,7 +584,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         raise SpaceError("the space has no valid point for this key", where=target.where,
                          hint="widen the Space or relax a constraint")
     enc = Encoding(target)
-    sampler = make_sampler(settings.sampler, settings.seed, enc)
+    sampler = ctx.sampler_factory(enc) if ctx.sampler_factory else make_sampler(settings.sampler, settings.seed, enc)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tid = target_id(target, ctx.root)
     spec = WorkerSpec(target=TargetRef.of(target), backend=ctx.backend, cases=tuple(case_indices),
@@ -596,6 +621,10 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             current = dict(rec.params) if rec else dict(target.default)
             _enqueue(study, enc, _warm_starts(target, store, tid=tid, device=device.id, key=key,
                                               current=current))
+            if settings.priors and settings.sampler != "grid":
+                from ._priors import device_priors
+
+                _enqueue(study, enc, device_priors(target, key, case_indices, device))
             if settings.sampler == "grid":
                 _enqueue(study, enc, [("grid", p) for p in feasible])
             loop = _Loop(study, enc, target, key=key, pool=pool, settings=settings)
@@ -677,7 +706,7 @@ def _enqueue(study: Any, enc: Encoding, configs: Sequence[tuple[str, Mapping[str
         if ck in known:
             continue
         known.add(ck)
-        source = "grid" if label == "grid" else "warm-start"
+        source = label if label in ("grid", "explore") else "warm-start"
         study.enqueue_trial(enc.encode(cfg), user_attrs={"source": source, "warm_start": label})
 
 

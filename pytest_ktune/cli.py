@@ -7,8 +7,14 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._errors import KtuneError
+
+if TYPE_CHECKING:
+    from ._target import Target
+    from ._tuner import TuneContext
+    from .agent._loop import AgentSettings
 
 
 def _tune_options(p: argparse.ArgumentParser) -> None:
@@ -39,11 +45,53 @@ def _parser() -> argparse.ArgumentParser:
                            "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
                            "push and open or update a pull request (GITHUB_TOKEN)")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
+    tune.add_argument("--agent", action="store_true",
+                      help="before searching each target, run the LLM agent loop (OPENAI_BASE_URL, OPENAI_API_KEY); "
+                           "a verified, faster template is written with --write file. No model: rule-based templater")
+    tune.add_argument("--model", default=None, help="the agent's model (default: $KTUNE_MODEL)")
+    tune.add_argument("--agent-iterations", type=int, default=12, help="model turns per target (default 12)")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
                         help="a study name to join (default: every pytest-ktune study in the storage)")
     _tune_options(worker)
+    record = sub.add_parser("record", help="time every feasible configuration of targets for a key: a landscape "
+                                           "file for replays and bench-search")
+    record.add_argument("targets", nargs="*", help="target names (default: all)")
+    record.add_argument("--key", action="append", default=[], metavar="NAME=VALUE",
+                        help="one dimension of the key to record; repeat for each (e.g. --key T=256)")
+    record.add_argument("--extreme-keys", dest="keys", action="store_const", const="extremes", default="given",
+                        help="the key of the smallest and of the largest case on this backend")
+    record.add_argument("--all-keys", dest="keys", action="store_const", const="all", help="every key")
+    record.add_argument("--smallest-key", dest="keys", action="store_const", const="smallest",
+                        help="the key of the smallest case (launch-bound)")
+    record.add_argument("--largest-key", dest="keys", action="store_const", const="largest",
+                        help="the key of the largest case (bandwidth-bound)")
+    record.add_argument("--max-bytes", default=None,
+                        help="pick keys only among cases with at most this many input bytes (e.g. 64M): the "
+                             "CPU-side check of every configuration's outputs dominates on large shapes")
+    record.add_argument("--out", type=Path, default=None,
+                        help="a file (.json or .json.gz) or a folder (default: .ktune/landscapes)")
+    record.add_argument("--samples", type=int, default=5,
+                        help="timing samples per configuration (default 5; 0: the timer's own default)")
+    record.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    record.add_argument("--backend", default="auto", choices=("auto", "cuda", "opencl"))
+    record.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
+    record.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the timing order")
+    search = sub.add_parser("bench-search", help="compare search strategies on recorded landscapes")
+    search.add_argument("landscapes", nargs="+", type=Path, help="files written by `ktune record`")
+    search.add_argument("--root", type=Path, default=Path.cwd(), help="the project the landscapes were recorded in")
+    search.add_argument("--budget", type=int, default=None, help="trials per search (default: min(100, the space))")
+    search.add_argument("--seeds", type=int, default=11, help="seeds per strategy (default 11)")
+    search.add_argument("--strategies", default=None,
+                        help="comma-separated (default: all): ktune, random, tpe, gp, cmaes, kt:<Kernel Tuner name>")
+    search.add_argument("--noise", action="store_true", help="re-sample measurement noise from the recorded spread")
+    search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
+    search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes running seeds side by side (default: one per CPU)")
+    from .agent._templatize import add_parser as _templatize_parser
+
+    _templatize_parser(sub)
     return ap
 
 
@@ -65,6 +113,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     settings = _settings(args, write=mode == "file")
     assert isinstance(settings, TuneSettings)
     settings.check()
+    agent = _agent_settings(args)
     backend = backends.resolve(args.backend)
     targets = select(discover(root), args.targets, root)
     if not targets:
@@ -78,6 +127,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if backend not in target.sources:
             print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
             continue
+        if agent is not None:
+            failures += _run_agent(agent, ctx, target)
         for key, cases in cases_by_key(target, backend).values():
             if args.autotune:
                 device = backends.create(backend).device.id
@@ -111,6 +162,61 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def cmd_record(args: argparse.Namespace) -> int:
+    from ._record import RecordSettings, parse_bytes, parse_key, run_record
+
+    if args.samples < 0:
+        raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")
+    settings = RecordSettings(samples=args.samples or None, trial_timeout_s=args.trial_timeout, seed=args.seed)
+    run_record(args.root.resolve(), args.targets, args.backend, parse_key(args.key), keys=args.keys, out=args.out,
+               settings=settings, max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else None)
+    return 0
+
+
+def cmd_bench_search(args: argparse.Namespace) -> int:
+    from ._benchsearch import DEFAULT_STRATEGIES, BenchSettings, run
+
+    if args.seeds < 1:
+        raise KtuneError("--seeds must be 1 or more", hint="e.g. --seeds 11")
+    names = tuple(s.strip() for s in args.strategies.split(",") if s.strip()) if args.strategies else None
+    settings = BenchSettings(budget=args.budget, seeds=args.seeds, strategies=names or DEFAULT_STRATEGIES,
+                             noise=args.noise, jobs=max(1, args.jobs))
+    run(args.root.resolve(), args.landscapes, settings, args.out)
+    return 0
+
+
+def _agent_settings(args: argparse.Namespace) -> AgentSettings | None:
+    """The agent's settings under --agent (its model None: the rule-based templater), else None."""
+    if not args.agent:
+        return None
+    from .agent._client import ModelSettings
+    from .agent._loop import AGENT_OFF, AgentSettings
+
+    agent = AgentSettings(model=ModelSettings.from_env(args.model), iterations=args.agent_iterations)
+    agent.check()
+    print(f"ktune: agent: model {agent.model.model}" if agent.model else f"ktune: {AGENT_OFF}", file=sys.stderr)
+    return agent
+
+
+def _run_agent(agent: AgentSettings, ctx: TuneContext, target: Target) -> int:
+    """The agent stage for one target (before its search); 1 when it failed."""
+    from .agent._loop import rules_fallback, run_agent
+    from .agent._tools import Bench
+
+    bench = Bench(root=ctx.root, params_path=ctx.params_path, backend=ctx.backend, base=target,
+                  tune=ctx.settings, progress=ctx.progress)
+    try:
+        result = run_agent(bench, agent, write=ctx.settings.write) if agent.model else \
+            rules_fallback(bench, write=ctx.settings.write)
+    except KtuneError as exc:
+        print(f"error: the agent stage failed: {exc.render()}", file=sys.stderr)
+        return 1
+    print(result.message)
+    if result.transcript is not None:
+        print(f"  transcript: {result.transcript} ({result.usage})")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from ._tuner import TuneSettings, join_studies
 
@@ -129,6 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "tune":
             return cmd_tune(args)
+        if args.command == "record":
+            return cmd_record(args)
+        if args.command == "bench-search":
+            return cmd_bench_search(args)
+        if args.command == "templatize":
+            from .agent._templatize import run_cli
+
+            return run_cli(args)
         return cmd_worker(args)
     except KtuneError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)

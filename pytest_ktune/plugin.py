@@ -57,6 +57,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "a pull request; needs GITHUB_TOKEN)")
     group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="seconds one candidate may take, compile included, before its worker is killed")
+    group.addoption("--ktune-agent", action="store_true", default=False,
+                    help="with --ktune-tune: before searching each target, let an LLM agent (OpenAI-compatible, "
+                         "OPENAI_BASE_URL / OPENAI_API_KEY) template, test, analyse and plan; a verified, faster "
+                         "template is written only with --ktune-write file. No model: the rule-based templater")
+    group.addoption("--ktune-model", default=None, metavar="NAME",
+                    help="the agent's model (default: $KTUNE_MODEL; none: the agent is off)")
+    group.addoption("--ktune-agent-iterations", type=int, default=12, metavar="N",
+                    help="model turns per target before the agent stops (default: 12)")
     group.addoption("--ktune-junit", default=None, metavar="PATH",
                     help="write a JUnit XML report of the ktune items (correct, perf, tune) with their times, "
                          "baselines, ratios and parameters")
@@ -100,6 +108,19 @@ def pytest_configure(config: pytest.Config) -> None:
             tune.check()
         except KtuneError as exc:
             raise pytest.UsageError(exc.render()) from None
+    agent = None
+    if config.getoption("ktune_agent") and tune is None:
+        raise pytest.UsageError("--ktune-agent runs around the tuner: add --ktune-tune (or --ktune-autotune)")
+    if config.getoption("ktune_agent") and tune is not None:
+        from .agent._client import ModelSettings
+        from .agent._loop import AgentSettings
+
+        try:
+            agent = AgentSettings(model=ModelSettings.from_env(config.getoption("ktune_model")),
+                                  iterations=config.getoption("ktune_agent_iterations"))
+            agent.check()
+        except KtuneError as exc:
+            raise pytest.UsageError(f"--ktune-agent: {exc.render()}") from None
     settings = Settings(
         root=root, params_path=params, backend=config.getoption("ktune_backend"), threshold=threshold,
         update_baseline=config.getoption("ktune_update_baseline"),
@@ -107,6 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
         tune=tune, autotune=config.getoption("ktune_autotune") and not config.getoption("ktune_tune"),
         write_mode=config.getoption("ktune_write"),
         command=" ".join(["pytest", *config.invocation_params.args]),
+        agent=agent,
     )
     session = Session(settings)
     config.stash[SESSION_KEY] = session
@@ -133,6 +155,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         lines.append(f"ktune: backend {session.backend_name} unavailable: {exc}")
     if session.store_error is not None:
         lines.append(f"ktune: WARNING {session.store_error.render()}")
+    if s.agent is not None:
+        from .agent._loop import AGENT_OFF
+
+        lines.append(f"ktune: agent: model {s.agent.model.model}" if s.agent.model else f"ktune: {AGENT_OFF}")
     return lines
 
 
@@ -420,6 +446,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section("ktune tuning")
         for line in tune_table(s.tunes):
             terminalreporter.write_line(line)
+    if s.agents:
+        terminalreporter.section("ktune agent")
+        for result in s.agents.values():
+            terminalreporter.write_line(result.message)
+            if result.transcript is not None:
+                terminalreporter.write_line(f"  transcript: {result.transcript} ({result.usage})")
     line = config.stash.get(FINISH_KEY, "")
     if line:
         terminalreporter.write_line(f"ktune: {line}")

@@ -1,0 +1,496 @@
+"""The agent loop: the model templates, tests, analyses and plans through tools, around the Optuna search.
+
+One run works on one target. It times the base kernel as it runs now, then asks the model for tool
+calls until the model finishes or a budget (iterations, tokens, cost, wall time, failed proposals,
+unusable answers) ends it. Every template is verified in the isolated worker before it is searched;
+the best verified revision is then timed side by side with the base kernel, and only a revision
+that is faster beyond noise is written (with ``write``): a new template beside the base kernel and
+its tuned parameters in the params file. Otherwise the result says plainly why nothing improved.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._errors import KtuneError
+from .._space import Value
+from ._client import AgentError, BudgetError, ModelClient, ModelError, ModelSettings, Reply, looks_like_refusal
+from ._tools import TOOLS, BaseTime, Bench, Revision, Workbench, tool_result
+from ._transcript import Transcript, new_run_id
+
+SYSTEM = """You tune one GPU kernel for pytest-ktune. Work only through the tools.
+Method: rewrite the kernel into an explicitly parameterised template (block size, vector width, items per
+thread, rows per block, grid cap, unroll, shared-memory staging: whatever applies) whose tunable choices are
+macros compiled with -D NAME=value, declare the space of each parameter and constraints that keep every
+point correct, and let the Optuna search pick the values. Every template is compiled and verified against
+the reference on every case before it counts; a failed check comes back with the error.
+Rules: keep the kernel's name and argument list (the Python wrapper launches it); a template must be correct
+for every point of its space (guard tails, respect alignment); use `launch` expressions when the launch
+geometry must follow the parameters. Use analyze to see times, GB/s against the copy bandwidth, resources
+and failures; use plan to narrow or widen the space, enqueue configurations, or finish. Finish (plan with
+action finish) when further revisions are unlikely to help."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The model (None: the agent is off) and the loop's bounds."""
+
+    model: ModelSettings | None
+    iterations: int = 12
+    wall_s: float = 1800.0
+    max_failed_proposals: int = 4
+    max_bad_replies: int = 3
+    compare_rounds: int = 3
+
+    def check(self) -> None:
+        if self.iterations < 1:
+            raise AgentError(f"{self.iterations} agent iterations allow no request",
+                             hint="give --ktune-agent-iterations 1 or more")
+        if self.wall_s <= 0:
+            raise AgentError("the agent's wall-time budget must be positive", hint="e.g. 1800 (seconds)")
+        if self.model is not None:
+            self.model.check()
+
+
+@dataclass(frozen=True)
+class KeyComparison:
+    """The base kernel and the template's best, timed side by side for one key."""
+
+    label: str
+    base_params: Mapping[str, Value]
+    base_us: float
+    template_params: Mapping[str, Value]
+    template_us: float
+    faster: bool
+    note: str
+    slower: bool = False
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How a run ended, and what it found and wrote."""
+
+    target: str
+    status: str  # "improved", "no-improvement", "no-template" or "off"
+    stop: str  # why the loop ended
+    message: str  # the whole story in words, for the terminal
+    proposal: Any = None  # the best verified Proposal
+    comparisons: tuple[KeyComparison, ...] = ()
+    written: tuple[Path, ...] = ()
+    transcript: Path | None = None
+    usage: str = ""
+    iterations: int = 0
+
+
+class _Stop(Exception):
+    """The loop ends here, for the reason given."""
+
+
+def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path | None = None) -> AgentResult:
+    """Run the agent loop on ``bench.base``; write only a verified template that beats it (with ``write``)."""
+    from .. import backends
+
+    settings.check()
+    if settings.model is None:
+        raise AgentError("run_agent needs a model", hint="use rules_fallback() when no model is configured")
+    base = bench.base
+    if bench.backend not in base.sources:
+        raise AgentError(f"{base.name} has no {bench.backend} source to template", where=base.where,
+                         hint=f"add a {bench.backend} source to sources=, or pick another backend")
+    transcript = Transcript(bench.scratch / "agent", new_run_id(base.name))
+    client = ModelClient(settings.model, transcript)
+    started = time.monotonic()
+    device = backends.create(bench.backend).device
+    bench_tools = Workbench(bench, device, measure_base)
+    transcript.write("start", {"target": base.where, "backend": bench.backend, "device": device.id})
+    messages: list[Mapping[str, Any]] = [{"role": "system", "content": SYSTEM},
+                                         {"role": "user", "content": task_text(bench, device)}]
+    stop = ""
+    bad = 0
+    iteration = 0
+    try:
+        for iteration in range(1, settings.iterations + 1):
+            if time.monotonic() - started > settings.wall_s:
+                raise _Stop(f"the wall-time budget of {settings.wall_s:g} s is spent")
+            reply = client.ask(messages, TOOLS)
+            messages.append(reply.message)
+            problem = _unusable(reply)
+            if problem.startswith("refused"):
+                raise _Stop(f"the model {problem}")
+            if problem:
+                bad += 1
+                transcript.write("problem", {"iteration": iteration, "problem": problem})
+                if bad >= settings.max_bad_replies:
+                    raise _Stop(f"{bad} unusable answers in a row (the bound); the last: {problem}")
+                messages.append({"role": "user", "content": f"Your answer could not be used: {problem}. Call one "
+                                                            "of the tools (propose_template, test_template, "
+                                                            "analyze, plan)."})
+                continue
+            usable = False
+            for call in reply.tool_calls:
+                if call.error:
+                    bad_text = call.error
+                    content: Mapping[str, Any] = {"ok": False, "error": call.error}
+                else:
+                    content = bench_tools.run(call)
+                    usable = True
+                transcript.write("tool", {"iteration": iteration, "name": call.name, "result": content})
+                messages.append(tool_result(call, content))
+            if usable:
+                bad = 0
+            else:
+                bad += 1
+                if bad >= settings.max_bad_replies:
+                    raise _Stop(f"{bad} unusable answers in a row (the bound); the last: {bad_text}")
+            if bench_tools.failed_proposals >= settings.max_failed_proposals:
+                raise _Stop(f"{bench_tools.failed_proposals} proposals failed their check (the bound); the last: "
+                            f"{bench_tools.failures[-1]}")
+            if bench_tools.finished:
+                raise _Stop(f"the model finished ({bench_tools.finished})")
+        what = "proposing" if bench_tools.revisions or bench_tools.failed_proposals else "calling tools"
+        stop = (f"the model was still {what} after {settings.iterations} iterations without finishing; stopped "
+                "at the bound")
+    except _Stop as exc:
+        stop = str(exc)
+    except (ModelError, BudgetError) as exc:
+        stop = exc.message + (f" (next step: {exc.hint})" if exc.hint else "")
+    transcript.write("stop", {"iteration": iteration, "reason": stop, "usage": client.usage.describe(settings.model)})
+    result = conclude(bench, bench_tools, settings, stop=stop, write=write, dest=dest)
+    result = _with(result, transcript=transcript.path, usage=client.usage.describe(settings.model),
+                   iterations=iteration)
+    transcript.write("result", {"status": result.status, "message": result.message,
+                                "written": [str(p) for p in result.written]})
+    return result
+
+
+def _with(result: AgentResult, **changes: Any) -> AgentResult:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def _unusable(reply: Reply) -> str:
+    """Why an answer cannot be acted on ('refused: ...' ends the run), or ''."""
+    if reply.refusal:
+        return f"refused: {reply.refusal.strip()[:300]}"
+    if reply.tool_calls:
+        return ""
+    if not reply.text.strip():
+        return "an empty answer (no text and no tool call)"
+    if looks_like_refusal(reply.text):
+        return f"refused: {reply.text.strip()[:300]}"
+    return f"a plain-text answer with no tool call ({reply.text.strip()[:120]!r})"
+
+
+# -- the base kernel, and the final side-by-side comparison ------------------------------------
+
+
+def measure_base(bench: Bench) -> list[BaseTime]:
+    """The base kernel's time per key, with the parameters it runs with now (recorded, else default)."""
+    from .._store import Store, target_id
+    from .._tuner import cases_by_key, key_label
+    from .._worker import TargetRef, WorkerPool, WorkerSpec
+
+    base = bench.base
+    try:
+        store: Store | None = Store.load(bench.params_path)
+    except KtuneError:
+        store = None
+    tid = target_id(base, bench.root)
+    out: list[BaseTime] = []
+    for key, indices in cases_by_key(base, bench.backend).values():
+        spec = WorkerSpec(target=TargetRef.of(base), backend=bench.backend, cases=tuple(indices),
+                          cache_dir=str(bench.scratch / "cache" / bench.backend))
+        with WorkerPool(spec, trial_timeout_s=bench.tune.trial_timeout_s) as pool:
+            pool.ensure()
+            rec = store.find(tid, pool.device.id, key) if store else None
+            params = dict(rec.params) if rec else dict(base.default)
+            outcome = next(iter(pool.evaluate([params], bench.tune.seed or 0)))
+        if outcome.status != "ok":
+            raise AgentError(f"the base kernel fails with its own parameters {params} for key {key_label(key)}: "
+                             f"{outcome.reason}", where=base.where,
+                             hint="run pytest --ktune to see the failure; the agent starts from a working kernel")
+        moved = [base.bytes_for(base.case_args(base.cases[i])) for i in indices]
+        out.append(BaseTime(key=dict(key), label=key_label(key), indices=tuple(indices), params=params,
+                            us=outcome.value_s * 1e6,
+                            bytes_moved=sum(m for m in moved if m) if all(moved) else None,
+                            resources=dict(outcome.resources)))
+    if not out:
+        raise AgentError(f"no case of {base.name} runs on {bench.backend}", where=base.where,
+                         hint="add a case for this backend")
+    return out
+
+
+def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int) -> KeyComparison:
+    """Time the base kernel (its parameters now) and the revision's best, interleaved, on the key's cases."""
+    from .._bench import mann_whitney_greater
+    from .._tuner import ALPHA, MIN_GAIN
+    from .._worker import TargetRef, WorkerPool, WorkerSpec
+
+    search = rev.searches[base_time.label]
+    cache = str(bench.scratch / "cache" / bench.backend)
+    spec_a = WorkerSpec(target=TargetRef.of(bench.base), backend=bench.backend, cases=base_time.indices,
+                        cache_dir=cache)
+    spec_b = WorkerSpec(target=TargetRef.of(rev.target), backend=bench.backend, cases=base_time.indices,
+                        cache_dir=cache)
+    samples_a: dict[str, list[float]] = {}
+    samples_b: dict[str, list[float]] = {}
+    medians_a: list[float] = []
+    medians_b: list[float] = []
+    seed = (bench.tune.seed or 0) + 4099
+    with WorkerPool(spec_a, trial_timeout_s=bench.tune.trial_timeout_s) as pa, \
+            WorkerPool(spec_b, trial_timeout_s=bench.tune.trial_timeout_s) as pb:
+        for r in range(rounds):
+            for pool, params, samples, medians in ((pa, base_time.params, samples_a, medians_a),
+                                                   (pb, search.best, samples_b, medians_b)):
+                out = next(iter(pool.evaluate([dict(params)], seed + r)))
+                if out.status != "ok":
+                    who = "the base kernel" if pool is pa else f"revision {rev.number}"
+                    return KeyComparison(base_time.label, base_time.params, base_time.us, search.best,
+                                         search.best_us, False, f"{who} failed in the comparison: {out.reason}",
+                                         slower=True)
+                medians.append(out.value_s)
+                for t in out.times:
+                    samples.setdefault(t.case_id, []).extend(t.samples)
+    a_us = sorted(medians_a)[len(medians_a) // 2] * 1e6
+    b_us = sorted(medians_b)[len(medians_b) // 2] * 1e6
+    slower = [c for c in samples_a if mann_whitney_greater(samples_b[c], samples_a[c]) < ALPHA
+              and b_us > a_us * (1 + MIN_GAIN)]
+    faster = [c for c in samples_a if mann_whitney_greater(samples_a[c], samples_b[c]) < ALPHA]
+    ok = not slower and bool(faster) and b_us < a_us * (1 - MIN_GAIN)
+    if ok:
+        note = f"x{a_us / b_us:.2f} faster than the base kernel, side by side"
+    elif slower:
+        note = f"slower than the base kernel on {', '.join(slower)}, side by side"
+    else:
+        note = f"not faster than the base kernel beyond noise, side by side (x{a_us / b_us:.3f})"
+    return KeyComparison(base_time.label, base_time.params, a_us, search.best, b_us, ok, note, slower=bool(slower))
+
+
+def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: str, write: bool,
+             dest: Path | None, lead: str = "") -> AgentResult:
+    """Compare the best verified revision with the base kernel; write it only if it is faster on some key
+    and slower on none."""
+    base = bench.base
+    best = tools.best()
+    lead = lead or f"agent stopped: {stop}"
+    if best is None:
+        last = f" The last failure: {tools.failures[-1]}" if tools.failures else ""
+        return AgentResult(target=base.name, status="no-template", stop=stop,
+                           message=f"{base.name}: {lead}. No template was verified, so nothing was "
+                                   f"written.{last}")
+    comparisons = tuple(compare(bench, b, best, settings.compare_rounds) for b in tools.base_times
+                        if b.label in best.searches)
+    numbers = "; ".join(f"{c.label}: base {c.base_us:.2f} µs {dict(c.base_params)} vs template {c.template_us:.2f} µs "
+                        f"{dict(c.template_params)}: {c.note}" for c in comparisons)
+    improved = any(c.faster for c in comparisons) and not any(c.slower for c in comparisons)
+    head = f"{base.name}: {lead}. Revision {best.number} ({best.check.summary()})"
+    if not improved:
+        return AgentResult(target=base.name, status="no-improvement", stop=stop, proposal=best.proposal,
+                           comparisons=comparisons,
+                           message=f"{head} gave no improvement: {numbers}. Nothing was written.")
+    saved = bench.scratch / "agent" / f"{base.name}-revision-{best.number}-{best.proposal.digest()}.json"
+    saved.write_text(json.dumps({"proposal": best.proposal.to_json(),
+                                 "params": {c.label: dict(c.template_params) for c in comparisons}}, indent=1))
+    if not write:
+        return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
+                           comparisons=comparisons,
+                           message=f"{head} is faster: {numbers}. Not written (write mode is not 'file'); the "
+                                   f"template and its parameters are saved in {_rel(saved, bench.root)}.")
+    try:
+        written = write_result(bench, best, comparisons, dest or base.file.parent, tools.device.id)
+    except KtuneError as exc:
+        return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
+                           comparisons=comparisons,
+                           message=f"{head} is faster: {numbers}. It was NOT written: {exc.render()}. The "
+                                   f"template and its parameters are saved in {_rel(saved, bench.root)}.")
+    return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
+                       comparisons=comparisons, written=tuple(written),
+                       message=f"{head} is faster: {numbers}. Wrote "
+                               f"{', '.join(_rel(p, bench.root) for p in written if p != bench.params_path)} and its "
+                               f"tuned parameters to {_rel(bench.params_path, bench.root)}.")
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyComparison], dest: Path,
+                 device: str) -> list[Path]:
+    """Write the template beside the base kernel and its tuned parameters, per key, to the params file."""
+    from .._discover import import_file
+    from .._store import Record, Store, Tuned, now_utc, target_id
+    from .._target import Target
+    from ._proposal import write_template
+
+    files = write_template(rev.proposal, bench.base, dest=dest)
+    py = next(p for p in files if p.suffix == ".py")
+    module = import_file(py)
+    new = next(v for v in vars(module).values() if isinstance(v, Target) and v.file == py.resolve())
+    tid = target_id(new, bench.root)
+    records = []
+    for c in comparisons:
+        search = rev.searches[c.label]
+        records.append(Record(target=tid, device=device, key=dict(search.key), params=dict(c.template_params),
+                              tuned=Tuned(date=now_utc(), sampler=bench.tune.sampler, trials=search.timed,
+                                          study=search.study, result=f"agent revision {rev.number}: {c.note}")))
+    Store(bench.params_path).save(records)
+    return [*files, bench.params_path]
+
+
+# -- what the model is told first ---------------------------------------------------------------
+
+
+def task_text(bench: Bench, device: Any) -> str:
+    from .._tuner import cases_by_key
+
+    base = bench.base
+    try:
+        wrapper = inspect.getsource(base.fn)
+    except (OSError, TypeError):
+        wrapper = "(source not available)"
+    cases = [base.case_id(c) for c in base.cases if c.runs_on(bench.backend)]
+    keys = list(cases_by_key(base, bench.backend))
+    limits = (f"max {device.max_threads_per_block} threads per block, {device.shared_mem_per_block} bytes of "
+              f"shared memory per block, warp {device.warp_size}")
+    return f"""Target {base.name}, backend {bench.backend}, device {device.name} ({limits}).
+Kernel function name: {base.kernel_name}. Cases: {', '.join(cases)}.
+Its current space: {dict(base.space.params)}; default: {dict(base.default)}.
+Keys (the search and the comparison run per key): {', '.join(keys)}. The base kernel's times, GB/s and
+resources: call analyze.
+
+The Python wrapper (it launches the kernel; `launch` expressions can re-aim its grid and block):
+```python
+{wrapper}```
+
+The kernel source ({base.source_path(bench.backend).name}):
+```
+{base.source_text(bench.backend)}```
+"""
+
+
+# -- no model: the rule-based templater through the same gate ----------------------------------
+
+AGENT_OFF = ("agent: off (no model configured: set --ktune-model or KTUNE_MODEL, with OPENAI_BASE_URL and/or "
+             "OPENAI_API_KEY); the rule-based templater runs instead")
+
+
+def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> AgentResult:
+    """What ``--ktune-agent`` does with no model: the rule-based template, verified, searched, compared
+    with the base kernel side by side, and written only if faster (with ``write``)."""
+    from .. import backends
+    from ._proposal import ProposalError
+    from ._rules import rule_proposal
+
+    base = bench.base
+    device = backends.create(bench.backend).device
+    tools = Workbench(bench, device, measure_base)
+    try:
+        proposal = rule_proposal(base, bench.backend, max_threads=int(device.max_threads_per_block))
+    except ProposalError as exc:
+        return AgentResult(target=base.name, status="no-template", stop=AGENT_OFF,
+                           message=f"{base.name}: {AGENT_OFF}. The rules found nothing to template: {exc.message}. "
+                                   "Nothing was written.")
+    outcome = tools.run_tool("propose_template", {k: v for k, v in proposal.to_json().items()
+                                                  if k not in ("backend", "origin")}, origin="rules")
+    lead = AGENT_OFF if outcome.get("ok") else f"{AGENT_OFF}; its template was rejected: " \
+        f"{outcome.get('message') or outcome.get('error')}"
+    return conclude(bench, tools, AgentSettings(model=None), stop=AGENT_OFF, write=write, dest=dest, lead=lead)
+
+
+# -- the agent as a proposer for `ktune templatize` --------------------------------------------
+
+
+class AgentProposer:
+    """The model as a :class:`~pytest_ktune.agent._proposal.Proposer`: each call answers its last
+    proposal's tool call with the check, and asks for the next (or None when it finishes, refuses,
+    or the endpoint or a budget stops it; ``stop`` says which)."""
+
+    def __init__(self, settings: ModelSettings, root: Path, *, max_bad_replies: int = 3) -> None:
+        self.transcript = Transcript(root / ".ktune" / "agent", new_run_id("templatize"))
+        self.client = ModelClient(settings, self.transcript)
+        self.max_bad_replies = max_bad_replies
+        self.messages: list[Mapping[str, Any]] = []
+        self._pending: str | None = None  # the tool call the last proposal came from
+        self.stop = ""
+
+    def __call__(self, previous: Any, check: Any, context: Mapping[str, Any]) -> Any:
+        from ._proposal import Proposal, ProposalError
+        from ._tools import TOOLS, _check_json
+
+        tools = [t for t in TOOLS if t.name in ("propose_template", "plan")]
+        if not self.messages:
+            self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": _context_text(
+                context, previous, check)}]
+        elif self._pending is not None:
+            self.messages.append({"role": "tool", "tool_call_id": self._pending,
+                                  "content": json.dumps(_check_json(check) if check is not None else {"ok": False})})
+        self._pending = None
+        bad = 0
+        try:
+            while bad < self.max_bad_replies:
+                reply = self.client.ask(self.messages, tools)
+                self.messages.append(reply.message)
+                problem = _unusable(reply)
+                if problem.startswith("refused"):
+                    self.stop = f"the model {problem}"
+                    return None
+                if problem:
+                    bad += 1
+                    self.messages.append({"role": "user", "content": f"Your answer could not be used: {problem}. "
+                                                                     "Call propose_template, or plan to finish."})
+                    continue
+                chosen: Proposal | None = None
+                for call in reply.tool_calls:
+                    if chosen is not None or call.error or call.name == "plan":
+                        if call.name == "plan" and not call.error and call.arguments is not None \
+                                and call.arguments.get("action") == "finish":
+                            self.stop = "the model finished"
+                        text = call.error or ("one proposal at a time" if chosen is not None else "noted")
+                        self.messages.append(tool_result(call, {"ok": not call.error, "note": text}))
+                        continue
+                    assert call.arguments is not None
+                    try:
+                        chosen = Proposal.from_json({**call.arguments, "origin": "agent"},
+                                                    backend=str(context.get("backend")))
+                        self._pending = call.id
+                    except ProposalError as exc:
+                        self.messages.append(tool_result(call, {"ok": False, "error": exc.message,
+                                                                "hint": exc.hint}))
+                if chosen is not None:
+                    return chosen
+                if self.stop:
+                    return None
+                bad += 1
+            self.stop = f"{bad} unusable answers in a row (the bound)"
+        except (ModelError, BudgetError) as exc:
+            self.stop = exc.message
+        return None
+
+
+def _context_text(context: Mapping[str, Any], previous: Any, check: Any) -> str:
+    rules = ""
+    if previous is not None:
+        rules = (f"\nThe rule-based templater proposed this space: {dict(previous.space)} (default "
+                 f"{dict(previous.default)}); its check: {check.summary() if check is not None else 'not run'}.")
+    return (f"Template the kernel of target {context.get('target')} for {context.get('backend')} (device limits: "
+            f"{context.get('device')}). Key dimensions: {context.get('key_dims')}; cases: {context.get('cases')}. "
+            f"You have {context.get('max_rounds')} proposals.{rules}\nThe kernel source:\n```\n"
+            f"{context.get('base_source')}```")
+
+
+def make_proposer(model: str | None = None, root: Path | None = None) -> AgentProposer | None:
+    """The agent proposer for ``ktune templatize``, or None when no model is configured (the agent is off)."""
+    settings = ModelSettings.from_env(model)
+    if settings is None:
+        return None
+    return AgentProposer(settings, (root or Path.cwd()).resolve())

@@ -1,0 +1,120 @@
+"""ktune bench-search: the metrics, Kernel Tuner's cache, bad input, and the default strategy's claim."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pytest_ktune import cli
+from pytest_ktune._benchsearch import (
+    BenchSettings,
+    StrategyResult,
+    bench,
+    best_so_far,
+    budget_for,
+    kt_cache,
+    problems_for,
+    trials_to,
+)
+from pytest_ktune._errors import KtuneError
+from pytest_ktune._landscape import LandscapeError
+
+from ._data import RMSNORM, ROOT, SILU, landscape
+
+HAS_KT = importlib.util.find_spec("kernel_tuner") is not None
+
+
+def test_trials_count_from_one_and_failures_never_lower_the_best() -> None:
+    trace = [9.0, math.inf, 5.0, 4.0]
+    assert best_so_far(trace, 6) == [9.0, 9.0, 5.0, 4.0, 4.0, 4.0]
+    assert trials_to(trace, 5.0) == 3
+    assert trials_to(trace, 3.0) is None
+    r = StrategyResult("x", traces=[trace, [4.0], [math.inf, math.inf]])
+    assert r.median_trials(4.0, 0.03) == 4  # 4, 1 and never: the median is 4
+    assert r.hit_rate(4.0, 0.03) == pytest.approx(2 / 3)
+
+
+def test_a_budget_larger_than_the_space_is_an_error_naming_the_landscape() -> None:
+    land = landscape(RMSNORM)
+    assert budget_for(land, None) == 20
+    with pytest.raises(LandscapeError, match="larger than the space of rmsnorm T64-H4096-float16") as err:
+        budget_for(land, 21)
+    assert "--budget 20" in (err.value.hint or "")
+
+
+def test_an_unknown_strategy_lists_the_known_ones() -> None:
+    with pytest.raises(KtuneError, match="unknown strategy 'hyperband'") as err:
+        bench(problems_for(ROOT, [RMSNORM]), BenchSettings(strategies=("hyperband",)), progress=False)
+    assert "kt:simulated_annealing" in (err.value.hint or "")
+
+
+def test_kernel_tuner_cache_holds_every_point_in_milliseconds() -> None:
+    land = landscape(SILU)
+    doc = kt_cache(land)
+    assert doc["tune_params_keys"] == ["BLOCK", "VEC", "ITEMS"]
+    assert len(doc["cache"]) == 60
+    assert doc["cache"]["128,8,1"]["time"] == pytest.approx(land.optimum.value_us / 1000)
+
+
+def test_a_landscape_of_a_changed_kernel_is_refused(tmp_path: Path) -> None:
+    stale = replace(landscape(SILU), source_hash="0123456789abcdef").save(tmp_path / "stale.json")
+    with pytest.raises(LandscapeError, match="source hash 0123456789abcdef"):
+        problems_for(ROOT, [stale])
+
+
+def test_the_default_strategy_needs_fewer_trials_than_every_other() -> None:
+    """The claim of the benchmark figure, at 5 seeds and a budget of 20, on the committed landscapes."""
+    rivals = ("random", "tpe", "cmaes") + (("kt:pso", "kt:firefly_algorithm", "kt:simulated_annealing",
+                                           "kt:genetic_algorithm") if HAS_KT else ())
+    results = bench(problems_for(ROOT, [RMSNORM, SILU]),
+                    BenchSettings(budget=20, seeds=5, strategies=("ktune", *rivals), jobs=2), progress=False)
+    for lr in results:
+        by = {r.strategy: r for r in lr.results if not r.skipped}
+        assert set(by) == {"ktune", *rivals}
+        mine = by["ktune"].median_trials(lr.optimum_us, 0.03)
+        others = {n: r.median_trials(lr.optimum_us, 0.03) for n, r in by.items() if n != "ktune"}
+        assert mine < min(others.values()), (lr.land.label, mine, others)
+        assert by["ktune"].hit_rate(lr.optimum_us, 0.03) == 1.0
+
+
+def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(ROOT), "--seeds", "2", "--budget", "10",
+                   "--strategies", "ktune,random", "--out", str(out), "--jobs", "2"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "| ktune | 2 | 2 | 100% | 100% |" in text
+    data = json.loads((out / "bench-search.json").read_text())
+    rows = {s["strategy"]: s for s in data["landscapes"][0]["strategies"]}
+    assert rows["ktune"]["median_trials_to_3pct"] == 2 and len(rows["random"]["median_best_so_far_us"]) == 10
+    svg = ET.parse(out / "bench-search.svg").getroot()
+    assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
+
+
+def test_the_command_refuses_a_budget_larger_than_the_space(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(ROOT), "--budget", "500"])
+    assert rc == 2
+    assert "larger than the space" in capsys.readouterr().err
+
+
+def test_the_command_refuses_a_truncated_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "cut.json"
+    bad.write_text(SILU.read_text()[:2000])
+    assert cli.main(["bench-search", str(bad), "--root", str(ROOT)]) == 2
+    err = capsys.readouterr().err
+    assert "truncated" in err and str(bad) in err
+
+
+def test_seeds_run_side_by_side_give_the_same_traces() -> None:
+    strategies = ("ktune", "random") + (("kt:random_sample",) if HAS_KT else ())
+    problems = problems_for(ROOT, [RMSNORM])
+    one, two = (bench(problems, BenchSettings(budget=8, seeds=3, strategies=strategies, jobs=j), progress=False)
+                for j in (1, 2))
+    assert [r.traces for r in one[0].results] == [r.traces for r in two[0].results]
+    assert all(len(t) == 8 for r in one[0].results for t in r.traces)

@@ -1,0 +1,111 @@
+"""The replay backend: answers from the landscape, and the live tuner's path on top of it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pytest_ktune._landscape import LandscapeError
+from pytest_ktune._replay import ReplayPool, check_landscape, replay_tune
+from pytest_ktune._tuner import config_key
+from pytest_ktune._worker import TargetRef, WorkerSpec
+
+from ._data import LANDSCAPES, RMSNORM, ROOT, SILU, landscape, target
+
+
+def _pool(noise: bool = False, seed: int = 0) -> ReplayPool:
+    t = target("silu_and_mul")
+    spec = WorkerSpec(target=TargetRef.of(t), backend="cuda", cases=(1,))
+    return ReplayPool(spec, trial_timeout_s=1.0, landscape=landscape(SILU), noise=noise, seed=seed)
+
+
+def test_the_pool_answers_with_the_recorded_medians_and_keeps_the_trace() -> None:
+    pool = _pool()
+    opt = landscape(SILU).optimum
+    outs = list(pool.evaluate([opt.params, {"BLOCK": 256, "VEC": 1, "ITEMS": 1}], seed=0))
+    assert [o.status for o in outs] == ["ok", "ok"]
+    assert outs[0].value_s * 1e6 == pytest.approx(opt.value_us)
+    assert outs[1].value_s * 1e6 == pytest.approx(15.5827)
+    assert [config_key(c) for c, _ in pool.trace] == [config_key(opt.params), config_key(outs[1].params)]
+    assert pool.device.id == "NVIDIA H200 [cuda]"
+
+
+def test_noise_is_seeded_and_drawn_from_the_recorded_spread() -> None:
+    opt = landscape(SILU).optimum
+    lo, hi = opt.cases[0].ci_us
+    a = [next(_pool(True, 7).evaluate([opt.params], 0)).value_s * 1e6 for _ in range(2)]
+    b = next(_pool(True, 8).evaluate([opt.params], 0)).value_s * 1e6
+    assert a[0] == a[1] != b
+    assert all(abs(v - opt.value_us) < 4 * (hi - lo) for v in [*a, b])
+
+
+def test_a_configuration_outside_the_landscape_is_a_clear_error() -> None:
+    with pytest.raises(LandscapeError, match="not in the landscape"):
+        list(_pool().evaluate([{"BLOCK": 32, "VEC": 1, "ITEMS": 1}], 0))
+
+
+def test_a_replayed_tune_goes_through_tune_key_never_retimes_and_keeps_the_budget() -> None:
+    t = target("silu_and_mul")
+    r = replay_tune(ROOT, t, landscape(SILU), sampler="tpe", trials=25, seed=3)
+    keys = [config_key(c) for c, _ in r.trace]
+    assert len(keys) == len(set(keys)) == 25
+    assert r.trace[0][0] == dict(t.default)  # the warm start comes first
+    assert r.trace[1][0] == {"BLOCK": 256, "VEC": 8, "ITEMS": 1}  # then the 16-byte-vector prior
+    assert all(t.space.valid(c, landscape(SILU).key) for c, _ in r.trace)
+    assert min(v for _, v in r.trace) <= landscape(SILU).optimum.value_us * 1.03
+    assert "A/B" in r.decision
+
+
+def test_replays_are_reproducible_for_a_seed() -> None:
+    t = target("rmsnorm")
+    one = replay_tune(ROOT, t, landscape(RMSNORM), sampler="tpe", trials=8, seed=5)
+    two = replay_tune(ROOT, t, landscape(RMSNORM), sampler="tpe", trials=8, seed=5)
+    assert one.trace == two.trace
+
+
+def test_without_priors_the_sampler_follows_the_default_alone() -> None:
+    t = target("silu_and_mul")
+    r = replay_tune(ROOT, t, landscape(SILU), sampler="random", trials=5, seed=1, priors=False)
+    assert r.trace[0][0] == dict(t.default)
+    assert {"BLOCK": 256, "VEC": 8, "ITEMS": 1} not in [c for c, _ in r.trace[1:2]]
+
+
+def test_a_landscape_missing_a_feasible_point_is_refused() -> None:
+    land = landscape(SILU)
+    short = replace(land, points=land.points[1:])
+    with pytest.raises(LandscapeError, match="lacks 1 feasible point"):
+        check_landscape(target("silu_and_mul"), short)
+
+
+def test_every_committed_landscape_matches_the_example_project() -> None:
+    paths = sorted(LANDSCAPES.glob("*.json")) + sorted(LANDSCAPES.glob("*.json.gz"))
+    assert {SILU, RMSNORM} <= set(paths)
+    for path in paths:
+        land = landscape(path)
+        check_landscape(target(land.name), land)
+
+
+def test_the_best_recorded_for_another_key_is_timed_right_after_the_default() -> None:
+    from pytest_ktune._replay import record_of
+
+    land = landscape(SILU)
+    other = replace(land, key={"T": 16, "I": 14336, "dtype": "float16"})
+    seen = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
+    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=4, seed=0,
+                    records=[record_of(other, seen)])
+    assert [c for c, _ in r.trace[:3]] == [dict(target("silu_and_mul").default), seen,
+                                           {"BLOCK": 256, "VEC": 8, "ITEMS": 1}]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_budget_as_large_as_the_space_times_every_point(seed: int) -> None:
+    # TPE re-proposes what it has seen more and more often as the space runs out; the loop then
+    # picks an untried point itself, so the budget is spent on new points and the optimum is found.
+    t = target("rmsnorm")
+    land = landscape(RMSNORM)
+    size = sum(1 for _ in t.space.feasible(land.key))
+    r = replay_tune(ROOT, t, land, sampler="tpe", trials=size, seed=seed)
+    keys = {config_key(c) for c, _ in r.trace}
+    assert len(keys) == len(r.trace) == size
+    assert config_key(land.optimum.params) in keys
