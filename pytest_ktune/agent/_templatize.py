@@ -157,6 +157,9 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
     written = write_template(chosen, base, dest=dest)
     for p in written:
         emit(f"wrote {p}")
+    if not dest.resolve().is_relative_to(root.resolve()):
+        emit(f"note: {dest} is outside the project root {root}; the template imports its base from "
+             f"{base.module}, so run pytest from the project root or put it on PYTHONPATH")
     return TemplatizeResult(base, tuple(attempts), chosen, tuned, tuple(written), tuple(say))
 
 

@@ -253,6 +253,7 @@ def test_templatize_writes_a_verified_template_beside_the_kernel(root: Path) -> 
     assert res.stdout.splitlines()[0] == AGENT_OFF
     assert "rules proposal (BLOCK=[32, 64, 128, 256, 512, 1024], GRID_CAP=[128," in res.stdout
     assert "verified: 2 configurations on every case" in res.stdout
+    assert "outside the project root" not in res.stdout
     made = root / PKG / "silu_and_mul_tpl.py"
     assert made.is_file() and (root / PKG / "silu_and_mul_tpl.cl").is_file()
     tpl = vars(import_file(made))["silu_and_mul_naive_tpl"]
@@ -293,3 +294,4 @@ def test_a_proposer_gets_its_failed_check_back_and_its_verified_revision_is_kept
     assert result.chosen is good and [c.ok for _, c in result.attempts] == [True, False, True]
     assert "mine" in (tmp_path / "silu_and_mul_tpl.py").read_text()
     assert AGENT_OFF not in out.getvalue() and "the agent stopped proposing" in out.getvalue()
+    assert f"the template imports its base from {PKG}.silu_and_mul" in out.getvalue()  # written outside the root
