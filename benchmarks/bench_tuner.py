@@ -46,7 +46,7 @@ import _common as common
 common.add_repo_to_path()
 
 from pytest_ktune._errors import KtuneError  # noqa: E402
-from pytest_ktune._space import Value  # noqa: E402
+from pytest_ktune._space import Value, config_key  # noqa: E402
 from pytest_ktune._target import Target  # noqa: E402
 from pytest_ktune._tuner import (  # noqa: E402
     Encoding,
@@ -54,7 +54,6 @@ from pytest_ktune._tuner import (  # noqa: E402
     TuneOutcome,
     TuneSettings,
     cases_by_key,
-    config_key,
     make_sampler,
     tune_key,
 )

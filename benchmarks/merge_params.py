@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,20 +21,16 @@ import _common as common
 
 common.add_repo_to_path()
 
+from pytest_ktune import _git  # noqa: E402
 from pytest_ktune._store import Record, Store  # noqa: E402
 from pytest_ktune._target import source_hash  # noqa: E402
 
 
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
-
-
 def commit_for(root: Path, source_path: str, wanted: str) -> str | None:
     """The newest commit whose ``source_path`` (relative to ``root``) hashes to ``wanted``."""
-    for commit in _git(root, "log", "--format=%H", "--", source_path).split():
-        text = subprocess.run(["git", "-C", str(root), "show", f"{commit}:./{source_path}"],
-                              capture_output=True, text=True, check=False)
-        if text.returncode == 0 and source_hash(text.stdout) == wanted:
+    for commit in (_git._git(root, "log", "--format=%H", "--", source_path) or "").split():
+        text = _git.file_at(root, commit, root / source_path)
+        if text is not None and source_hash(text) == wanted:
             return commit
     return None
 

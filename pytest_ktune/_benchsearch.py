@@ -14,8 +14,11 @@ own simulation mode, from a cache file written from the landscape.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import random
 import statistics
 import sys
 import tempfile
@@ -122,12 +125,7 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
         import numpy as np
     except ImportError:
         raise SkipStrategy("Kernel Tuner is not installed (pip install kernel_tuner==1.5.0)") from None
-    import random
-
     land = problem.land
-    import hashlib
-    import os
-
     tag = hashlib.sha256(json.dumps([land.target, land.device_id, dict(land.key)], sort_keys=True).encode())
     path = folder / f"{land.name}-{tag.hexdigest()[:12]}.json"
     if not path.exists():  # seeds may run side by side: write whole, then rename

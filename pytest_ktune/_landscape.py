@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import KtuneError
-from ._space import Value
+from ._space import Value, config_key
 
 FORMAT = "pytest-ktune-landscape/1"
 STATES = ("ok", "infeasible", "failed")
@@ -33,10 +33,6 @@ STATES = ("ok", "infeasible", "failed")
 
 class LandscapeError(KtuneError):
     """A landscape file that cannot be used: damaged, cut short, or recorded for something else."""
-
-
-def _config_key(config: Mapping[str, Value]) -> str:
-    return json.dumps(dict(sorted(config.items())), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -129,11 +125,7 @@ class Landscape:
         return min(timed, key=lambda p: p.value_us)
 
     def lookup(self) -> dict[str, Point]:
-        return {_config_key(p.params): p for p in self.points}
-
-    def point(self, config: Mapping[str, Value]) -> Point | None:
-        ck = _config_key(config)
-        return next((p for p in self.points if _config_key(p.params) == ck), None)
+        return {config_key(p.params): p for p in self.points}
 
     def space_params(self) -> dict[str, list[Value]]:
         return {n: list(v) for n, v in self.space["params"].items()}
@@ -250,7 +242,7 @@ def parse(data: Any, path: Path | None = None) -> Landscape:
                              where=where, hint=_HINT_DAMAGED)
     seen: set[str] = set()
     for p in points:
-        ck = _config_key(p.params)
+        ck = config_key(p.params)
         if ck in seen:
             raise LandscapeError(f"the landscape lists {dict(p.params)} twice", where=where, hint=_HINT_DAMAGED)
         seen.add(ck)

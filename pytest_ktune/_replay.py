@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ._landscape import CaseTiming, Landscape, LandscapeError, Point, space_of
-from ._space import Value
+from ._space import Value, config_key
 from ._store import Record, Store, key_string
 from ._target import Target
 from ._worker import ABOutcome, CaseTime, Outcome, WorkerSpec
@@ -56,7 +56,6 @@ class ReplayPool:
         return None
 
     def _point(self, cfg: Mapping[str, Value]) -> Point:
-        from ._tuner import config_key
 
         p = self.points.get(config_key(cfg))
         if p is None:
@@ -122,7 +121,6 @@ class ReplayPool:
 def check_landscape(target: Target, land: Landscape) -> None:
     """Fail unless ``land`` was recorded for this target's source and space, and covers every point
     its space allows for the key."""
-    from ._tuner import config_key
 
     if land.backend not in target.sources:
         raise LandscapeError(f"{target.name} has no {land.backend} source, which the landscape was recorded with",

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import SpaceError
+from ._errors import KtuneError, SpaceError
 
 Value = int | float | str | bool
 Config = Mapping[str, Value]
@@ -21,6 +22,38 @@ _ALLOWED_NODES = (
     ast.List, ast.IfExp, ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift,
 )
 _FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "abs": abs}
+
+
+def checked_expression(text: str, *, label: str, nodes: tuple[type, ...], functions: Mapping[str, Any],
+                       error: type[KtuneError], hint: str, node_hint: str | None = None,
+                       call_hint: str | None = None, integers_only: bool = False) -> tuple[Any, frozenset[str]]:
+    """Compile ``text`` as one expression made only of ``nodes``, calling only ``functions`` by name
+    (and, with ``integers_only``, holding no other constant than integers), so that evaluating it can
+    never run arbitrary code. Returns the code and the names it reads; raises ``error`` (a KtuneError
+    taking ``hint``) saying what is not allowed."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise error(f"{label} {text!r} is not a valid expression ({exc.msg})", hint=hint) from None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, nodes):
+            raise error(f"{label} {text!r} uses {type(node).__name__}, which is not allowed",
+                        hint=node_hint or hint)
+        if integers_only and isinstance(node, ast.Constant) and type(node.value) is not int:
+            raise error(f"{label} {text!r} has the constant {node.value!r}; only integers are allowed", hint=hint)
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in functions) or node.keywords:
+                raise error(f"{label} {text!r} calls something other than {_listed(functions)}",
+                            hint=call_hint or hint)
+        elif isinstance(node, ast.Name) and node.id not in functions:
+            names.add(node.id)
+    return compile(tree, f"<{label} {text.strip()}>", "eval"), frozenset(names)
+
+
+def _listed(functions: Mapping[str, Any]) -> str:
+    names = list(functions)
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
 
 
 @dataclass(frozen=True)
@@ -37,30 +70,12 @@ class Constraint:
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError as exc:
-            raise SpaceError(
-                f"constraint {text!r} is not a valid expression ({exc.msg})",
-                hint="write it as a Python boolean expression, e.g. 'H % VEC == 0'",
-            ) from None
-        names: set[str] = set()
-        for node in ast.walk(tree):
-            if not isinstance(node, _ALLOWED_NODES):
-                raise SpaceError(
-                    f"constraint {text!r} uses {type(node).__name__}, which is not allowed",
-                    hint="use only arithmetic, comparisons, and/or/not, min, max and abs",
-                )
-            if isinstance(node, ast.Call):
-                if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
-                    raise SpaceError(
-                        f"constraint {text!r} calls something other than min, max or abs",
-                        hint="use only min(), max() and abs() in constraints",
-                    )
-            elif isinstance(node, ast.Name) and node.id not in _FUNCTIONS:
-                names.add(node.id)
-        code = compile(tree, f"<constraint {text}>", "eval")
-        return cls(text=text, names=frozenset(names), _code=code)
+        code, names = checked_expression(
+            text, label="constraint", nodes=_ALLOWED_NODES, functions=_FUNCTIONS, error=SpaceError,
+            hint="write it as a Python boolean expression, e.g. 'H % VEC == 0'",
+            node_hint="use only arithmetic, comparisons, and/or/not, min, max and abs",
+            call_hint="use only min(), max() and abs() in constraints")
+        return cls(text=text, names=names, _code=code)
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         scope = dict(_FUNCTIONS)
@@ -156,3 +171,8 @@ class Space:
         for p in self.points():
             if self.valid(p, key):
                 yield p
+
+
+def config_key(config: Mapping[str, Value]) -> str:
+    """A configuration as one string, the same whatever the order of its parameters."""
+    return json.dumps(dict(sorted(config.items())), sort_keys=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import json
 import os
 import random
 import sys
@@ -25,7 +24,7 @@ from typing import Any, TextIO
 
 from ._bench import mann_whitney_greater
 from ._errors import KtuneError, SpaceError
-from ._space import Value
+from ._space import Value, config_key
 from ._store import Record, Store, Timing, Tuned, key_string, new_baseline, now_utc, target_id
 from ._target import Case, Target
 from ._worker import ABOutcome, CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec
@@ -133,10 +132,6 @@ class Encoding:
 
     def encode(self, config: Mapping[str, Value]) -> dict[str, Any]:
         return {n: self.values[n].index(v) if n in self._indexed else v for n, v in config.items()}
-
-
-def config_key(config: Mapping[str, Value]) -> str:
-    return json.dumps(dict(sorted(config.items())), sort_keys=True)
 
 
 # -- samplers and storage ---------------------------------------------------------

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._errors import KtuneError, SpaceError
-from .._space import Space, Value
+from .._space import Space, Value, checked_expression
 from .._target import BACKENDS, Target
 
 STAGES = ("schema", "space", "compile", "limits", "verify", "crash", "timeout", "ok")
@@ -80,26 +80,10 @@ class LaunchExpr:
                "'min(cdiv(n, BLOCK), GRID_CAP)'"
         if not isinstance(text, str) or not text.strip():
             raise ProposalError(f"{what} expression must be a non-empty string, got {text!r}", hint=hint)
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-        except SyntaxError as exc:
-            raise ProposalError(f"{what} expression {text!r} is not valid ({exc.msg})", hint=hint) from None
-        names: set[str] = set()
-        for node in ast.walk(tree):
-            if not isinstance(node, _LAUNCH_NODES):
-                raise ProposalError(f"{what} expression {text!r} uses {type(node).__name__}, which is not "
-                                    "allowed", hint=hint)
-            if isinstance(node, ast.Constant) and (type(node.value) is not int):
-                raise ProposalError(f"{what} expression {text!r} has the constant {node.value!r}; only "
-                                    "integers are allowed", hint=hint)
-            if isinstance(node, ast.Call):
-                if not (isinstance(node.func, ast.Name) and node.func.id in _LAUNCH_FUNCS) or node.keywords:
-                    raise ProposalError(f"{what} expression {text!r} calls something other than min, max "
-                                        "or cdiv", hint=hint)
-            elif isinstance(node, ast.Name) and node.id not in _LAUNCH_FUNCS:
-                names.add(node.id)
-        return cls(text=text.strip(), names=frozenset(names),
-                   _code=compile(tree, f"<{what} {text.strip()}>", "eval"))
+        code, names = checked_expression(text, label=f"{what} expression", nodes=_LAUNCH_NODES,
+                                         functions=_LAUNCH_FUNCS, error=ProposalError, hint=hint,
+                                         integers_only=True)
+        return cls(text=text.strip(), names=names, _code=code)
 
     def evaluate(self, values: Mapping[str, int]) -> tuple[int, ...]:
         missing = sorted(self.names - set(values))

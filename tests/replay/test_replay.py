@@ -8,7 +8,7 @@ import pytest
 
 from pytest_ktune._landscape import LandscapeError
 from pytest_ktune._replay import ReplayPool, check_landscape, replay_tune
-from pytest_ktune._tuner import config_key
+from pytest_ktune._space import config_key
 from pytest_ktune._worker import TargetRef, WorkerSpec
 
 from ._data import LANDSCAPES, RMSNORM, ROOT, SILU, landscape, target

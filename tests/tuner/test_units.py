@@ -15,9 +15,9 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from pytest_ktune import Case, KtuneError, Space, Tensor, target
-from pytest_ktune._space import Value
+from pytest_ktune._space import Value, config_key
 from pytest_ktune._store import Record, Store, key_string, target_id
-from pytest_ktune._tuner import Encoding, TuneSettings, _warm_starts, config_key, decide, redact
+from pytest_ktune._tuner import Encoding, TuneSettings, _warm_starts, decide, redact
 from pytest_ktune._worker import ABOutcome, CaseTime
 
 
