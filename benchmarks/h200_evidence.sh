@@ -13,10 +13,12 @@
 #   kernels   benchmarks/bench_kernels.py, tuned = $PARAMS (default: the merged tune-a/tune-b file when this
 #             machine made one, else example_project/ktune-params.json)
 #   tune-a, tune-b   ktune tune --write file on a copy of example_project, for two halves of its targets
+#             (TARGETS_A, TARGETS_B), with TRIALS trials and TUNE_TIMEOUT seconds per key (default 8 and 3)
 #   merge     the committed params file with what tune-a and tune-b wrote (here, or into $TUNED_FROM), into
 #             $OUT/ktune-params-tuned-h200.json
 #   gate-tuned       pytest --ktune on the merged file, on the small and the largest cases
-#   landscapes-small, landscapes-large   ktune record: every target's smallest key, and its largest up to 32 MB
+#   landscapes-small, landscapes-large   ktune record: every target's smallest key, and its largest with inputs
+#             up to LARGE_MAX_BYTES (default 32M)
 #   agent-silu, agent-rest   benchmarks/bench_agent.py on the naive kernels
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
@@ -31,12 +33,13 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 BK=${BK:-cuda}  # the backend of the steps from kernels on (opencl: a smoke test of this script on a CPU)
 TARGETS_A=${TARGETS_A:-"rmsnorm fused_add_rmsnorm silu_and_mul gelu_tanh_and_mul rotary_neox"}
 TARGETS_B=${TARGETS_B:-"per_token_group_quant moe_topk_softmax merge_attn_states reshape_and_cache_flash"}
+TRIALS=${TRIALS:-8} TUNE_TIMEOUT=${TUNE_TIMEOUT:-3}  # the tune-a/tune-b budget per key: trials, seconds
 tune_half() {  # $1: a or b, $2: targets
     rm -rf "/tmp/et-$1" && cp -r example_project "/tmp/et-$1"
-    { header ktune tune --backend $BK --trials 8 --timeout 3 --write file "$2"
-      for t in $2; do python3 -m pytest_ktune.cli tune --root "/tmp/et-$1" --backend $BK --trials 8 --timeout 3 \
-          --seed 1 --write file "$t"; cp "/tmp/et-$1/ktune-params.json" "$OUT/ktune-params-tuned-$1.json"; done; } 2>&1 \
-        | tee "$OUT/tune_$1.txt"
+    { header ktune tune --backend $BK --trials $TRIALS --timeout $TUNE_TIMEOUT --write file "$2"
+      for t in $2; do python3 -m pytest_ktune.cli tune --root "/tmp/et-$1" --backend $BK --trials $TRIALS \
+          --timeout $TUNE_TIMEOUT --seed 1 --write file "$t"; cp "/tmp/et-$1/ktune-params.json" "$OUT/ktune-params-tuned-$1.json"
+      done; } 2>&1 | tee -a "$OUT/tune_$1.txt"
 }
 header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
 rc=0
@@ -70,8 +73,11 @@ for spec in "$@"; do
         { header python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200
           $limit python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200 \
             --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
-    tune-a) export -f header; $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK; tune_half a \"$TARGETS_A\"" || rc=1 ;;
-    tune-b) export -f header; $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK; tune_half b \"$TARGETS_B\"" || rc=1 ;;
+    tune-a|tune-b)  # each key is written as soon as it is tuned: what a cut step tuned is kept
+        half=${step#tune-}; targets=$TARGETS_A; [ "$half" = b ] && targets=$TARGETS_B
+        export -f header
+        $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK TRIALS=$TRIALS TUNE_TIMEOUT=$TUNE_TIMEOUT; tune_half $half \"$targets\"" || rc=1
+        cp "/tmp/et-$half/ktune-params.json" "$OUT/ktune-params-tuned-$half.json" ;;
     merge)  # the tune-a and tune-b copies when this machine made them, else their files in $TUNED_FROM
         cp example_project/ktune-params.json /tmp/et-tuned.json
         from=(/tmp/et-a/ktune-params.json /tmp/et-b/ktune-params.json)
@@ -85,7 +91,7 @@ for spec in "$@"; do
             | tee "$OUT/example_gate_tuned_cuda.txt" || rc=1 ;;
     landscapes-small|landscapes-large)
         mkdir -p "$OUT/landscapes"
-        which=--smallest-key; extra=(); [ "$step" = landscapes-large ] && { which=--largest-key; extra=(--max-bytes 32M); }
+        which=--smallest-key; extra=(); [ "$step" = landscapes-large ] && { which=--largest-key; extra=(--max-bytes "${LARGE_MAX_BYTES:-32M}"); }
         { header ktune record --backend $BK "$which" "${extra[@]}"
           # shellcheck disable=SC2086  # LANDSCAPE_TARGETS: target names, split on purpose (default: all)
           $limit python3 -m pytest_ktune.cli record --root example_project --backend $BK "$which" "${extra[@]}" \

@@ -14,8 +14,9 @@
 #endif
 
 // float -> float8_e4m3fn bits, round to nearest even, saturating (as PTX cvt.rn.satfinite does).
-// Written out rather than with that PTX instruction, which needs sm_89 or later: the template then
-// compiles for every GPU, and it is the same code as the OpenCL template's and the numpy reference's.
+// On sm_89 and later the hardware conversion below is used instead (two values per instruction);
+// this software path keeps the template compiling for every GPU, and is the same arithmetic as the
+// OpenCL template's and the numpy reference's.
 __device__ __forceinline__ unsigned e4m3_bits(float f) {
     const unsigned bits = __float_as_uint(f);
     const unsigned sign = (bits >> 24) & 0x80u;
@@ -36,8 +37,22 @@ __device__ __forceinline__ unsigned e4m3_bits(float f) {
     return sign | code;
 }
 
+#if OUT_FP8 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FP8_HW 1
+// Two floats to two float8_e4m3fn codes in one instruction: lo in the low byte, hi in the high one.
+__device__ __forceinline__ unsigned short e4m3x2_bits(float lo, float hi) {
+    unsigned short r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#else
+#define FP8_HW 0
+#endif
+
 __device__ __forceinline__ unsigned char quantise(float v) {
-#if OUT_FP8
+#if FP8_HW
+    return (unsigned char)(e4m3x2_bits(v, 0.f) & 0xffu);
+#elif OUT_FP8
     return (unsigned char)e4m3_bits(v);
 #else
     return (unsigned char)(max(-128, min(127, __float2int_rn(v))) & 0xff);
@@ -85,8 +100,18 @@ per_token_group_quant(unsigned char* __restrict__ q, float* __restrict__ scales,
         const int c = lane + j * TPG;
         if (c < NV) {
             Q r;
+#if FP8_HW
+#pragma unroll
+            for (int k = 0; k + 1 < VEC; k += 2) {
+                const unsigned short two = e4m3x2_bits(load_f(buf[j].v[k]) / scale, load_f(buf[j].v[k + 1]) / scale);
+                r.v[k] = (unsigned char)(two & 0xffu);
+                r.v[k + 1] = (unsigned char)(two >> 8);
+            }
+            if (VEC % 2) r.v[VEC - 1] = quantise(load_f(buf[j].v[VEC - 1]) / scale);
+#else
 #pragma unroll
             for (int k = 0; k < VEC; ++k) r.v[k] = quantise(load_f(buf[j].v[k]) / scale);
+#endif
             qg[c] = r;
         }
     }
