@@ -10,15 +10,17 @@
 #   regress   benchmarks/gate_demo.py: the gate catching a worse configuration and a slower source
 #   tuner     benchmarks/bench_tuner.py: exhaustive optimum, live TPE tune, TPE against random
 #   tune      pytest --ktune --ktune-tune on two keys of a copy of example_project, then the gate
-#   kernels   benchmarks/bench_kernels.py, tuned = $PARAMS (default: the merged tune-a/tune-b file when this
+#   kernels   benchmarks/bench_kernels.py (KERNEL_TARGETS: some targets only), tuned = $PARAMS (default: the merged tune-a/tune-b file when this
 #             machine made one, else example_project/ktune-params.json)
 #   tune-a, tune-b   ktune tune --write file on a copy of example_project, for two halves of its targets
 #             (TARGETS_A, TARGETS_B), with TRIALS trials and TUNE_TIMEOUT seconds per key (default 8 and 3)
+#             and TUNE_FLAGS (e.g. --autotune: only keys not tuned yet, or tuned on another source)
 #   merge     the committed params file with what tune-a and tune-b wrote (here, or into $TUNED_FROM), into
 #             $OUT/ktune-params-tuned-h200.json
 #   gate-tuned       pytest --ktune on the merged file, on the small and the largest cases
 #   landscapes-small, landscapes-large   ktune record: every target's smallest key, and its largest with inputs
 #             up to LARGE_MAX_BYTES (default 32M)
+#   landscapes-redo  ktune record --redo --stale-only on the committed landscapes (those whose kernel changed)
 #   agent-silu, agent-rest   benchmarks/bench_agent.py on the naive kernels
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
@@ -34,11 +36,12 @@ BK=${BK:-cuda}  # the backend of the steps from kernels on (opencl: a smoke test
 TARGETS_A=${TARGETS_A:-"rmsnorm fused_add_rmsnorm silu_and_mul gelu_tanh_and_mul rotary_neox"}
 TARGETS_B=${TARGETS_B:-"per_token_group_quant moe_topk_softmax merge_attn_states reshape_and_cache_flash"}
 TRIALS=${TRIALS:-8} TUNE_TIMEOUT=${TUNE_TIMEOUT:-3}  # the tune-a/tune-b budget per key: trials, seconds
+TUNE_FLAGS=${TUNE_FLAGS:-}  # more ktune tune options for tune-a/tune-b, e.g. --autotune
 tune_half() {  # $1: a or b, $2: targets
     rm -rf "/tmp/et-$1" && cp -r example_project "/tmp/et-$1"
-    { header ktune tune --backend $BK --trials $TRIALS --timeout $TUNE_TIMEOUT --write file "$2"
+    { header ktune tune --backend $BK --trials $TRIALS --timeout $TUNE_TIMEOUT --write file $TUNE_FLAGS "$2"
       for t in $2; do python3 -m pytest_ktune.cli tune --root "/tmp/et-$1" --backend $BK --trials $TRIALS \
-          --timeout $TUNE_TIMEOUT --seed 1 --write file "$t"; cp "/tmp/et-$1/ktune-params.json" "$OUT/ktune-params-tuned-$1.json"
+          --timeout $TUNE_TIMEOUT --seed 1 --write file $TUNE_FLAGS "$t"; cp "/tmp/et-$1/ktune-params.json" "$OUT/ktune-params-tuned-$1.json"
       done; } 2>&1 | tee -a "$OUT/tune_$1.txt"
 }
 header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
@@ -48,7 +51,7 @@ for spec in "$@"; do
     limit=""; [ "$spec" != "$step" ] && limit="timeout -s INT ${spec#*:}"
     case $step in
     tests)
-        { header pytest tests/contract tests/unit -rs; python3 -m pytest -p no:cacheprovider tests/contract tests/unit -q -rs; } 2>&1 | tee "$OUT/tests_cuda.txt" || rc=1 ;;
+        { header pytest tests/contract tests/unit -rs; $limit python3 -m pytest -p no:cacheprovider tests/contract tests/unit -q -rs; } 2>&1 | tee "$OUT/tests_cuda.txt" || rc=1 ;;
     record)
         rm -rf /tmp/ep && cp -r example_project /tmp/ep
         { header pytest --ktune example_project --ktune-update-baseline; python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda /tmp/ep --ktune-update-baseline -q; } 2>&1 | tee "$OUT/example_record_cuda.txt" || rc=1
@@ -72,11 +75,12 @@ for spec in "$@"; do
         params=${params:-example_project/ktune-params.json}
         { header python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200
           $limit python3 benchmarks/bench_kernels.py --backend $BK --params "$params" --budget-s 420 --compile-budget-s 200 \
-            --out "$OUT/bench_kernels-cuda.json"; } 2>&1 | tee "$OUT/bench_kernels.txt" || rc=1 ;;
+            ${KERNEL_TARGETS:+--targets "$KERNEL_TARGETS"} --out "$OUT/bench_kernels-cuda.json"; } 2>&1 \
+            | tee "$OUT/bench_kernels.txt" || rc=1 ;;
     tune-a|tune-b)  # each key is written as soon as it is tuned: what a cut step tuned is kept
         half=${step#tune-}; targets=$TARGETS_A; [ "$half" = b ] && targets=$TARGETS_B
         export -f header
-        $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK TRIALS=$TRIALS TUNE_TIMEOUT=$TUNE_TIMEOUT; tune_half $half \"$targets\"" || rc=1
+        $limit bash -c "$(declare -f tune_half); OUT=$OUT BK=$BK TRIALS=$TRIALS TUNE_TIMEOUT=$TUNE_TIMEOUT TUNE_FLAGS=\"$TUNE_FLAGS\"; tune_half $half \"$targets\"" || rc=1
         cp "/tmp/et-$half/ktune-params.json" "$OUT/ktune-params-tuned-$half.json" ;;
     merge)  # the tune-a and tune-b copies when this machine made them, else their files in $TUNED_FROM
         cp example_project/ktune-params.json /tmp/et-tuned.json
@@ -97,6 +101,12 @@ for spec in "$@"; do
           $limit python3 -m pytest_ktune.cli record --root example_project --backend $BK "$which" "${extra[@]}" \
             --out "$OUT/landscapes/" ${LANDSCAPE_TARGETS:-}; } 2>&1 \
             | tee "$OUT/landscapes/record-${step#landscapes-}${CUDA_VISIBLE_DEVICES:+-gpu$CUDA_VISIBLE_DEVICES}.txt" || rc=1 ;;
+    landscapes-redo)  # the committed landscapes whose kernel or space changed since, recorded again
+        mkdir -p "$OUT/landscapes"
+        { header ktune record --redo benchmarks/results/landscapes/*.json* --stale-only
+          $limit python3 -m pytest_ktune.cli record --root example_project --backend $BK --redo \
+            benchmarks/results/landscapes/*.json* --stale-only --out "$OUT/landscapes/"; } 2>&1 \
+            | tee "$OUT/landscapes/record-redo${CUDA_VISIBLE_DEVICES:+-gpu$CUDA_VISIBLE_DEVICES}.txt" || rc=1 ;;
     agent-silu|agent-rest)
         kernels=silu_and_mul; [ "$step" = agent-rest ] && kernels=gelu_tanh_and_mul,rmsnorm
         { header python3 benchmarks/bench_agent.py --backend $BK --seeds 5 --kernels "$kernels"

@@ -152,8 +152,7 @@ class Landscape:
 
     def check_for(self, source_hash: str, space: Mapping[str, Any], *, what: str) -> None:
         """Fail unless this landscape was recorded for this source and space (``what`` names the target)."""
-        again = f"record it again: ktune record {self.name} " + " ".join(f"--key {k}={v}"
-                                                                        for k, v in self.key.items())
+        again = f"record it again on a {self.backend} device: ktune record --redo {self.where}"
         if source_hash != self.source_hash:
             raise LandscapeError(f"{self.where} was recorded for {what} with source hash {self.source_hash}, "
                                  f"but its source now hashes to {source_hash}",

@@ -1,31 +1,47 @@
 """Device priors: configurations worth timing first, from what the device is known to like.
 
-Two rules, both read from the device and the target's own launch arithmetic, never from timings:
+Three rules, read from the device and the target's own launch arithmetic, never from timings. The
+target's function is run against a probe that records the launch instead of running it (inputs are
+unallocated ``np.empty`` arrays, so even a large case costs nothing): the probe gives each
+configuration's grid and block, and the size of the largest array the function returns, the work.
 
-1. **16-byte vector loads.** A parameter named like ``VEC`` is set so that one vector is 16 bytes of
-   the key's dtype (8 halves, 4 floats): the widest load a GPU thread issues in one instruction.
-2. **Blocks that fill the SMs.** The target's function is run against a probe that records the
-   launch instead of running it (inputs are unallocated ``np.empty`` arrays, so even a large case
-   costs nothing). When the prior of rule 1 leaves SMs without a block or the device short of
-   threads (a launch-bound shape), the configuration with the same vector width that gives the most
-   SMs a block, then keeps the most threads resident, is timed first, and rule 1's after it.
+1. **One vector per thread.** A parameter named like ``VEC`` sets how many elements a thread loads
+   at once. For a vector width, the configuration that launches the most threads while every thread
+   still gets a whole vector of the work (work ÷ threads ≥ VEC) has no idle thread and no second
+   pass: the most loads in flight at once for that width. Of those that tie, the one that changes
+   the fewest of the default's parameters, then by the fewest steps, is taken (the default's other
+   parameters are what the author chose). Widths, in order: 16 bytes of the key's dtype (8 halves,
+   4 floats: the widest load a GPU thread issues in one instruction), the widest the space lists
+   when it is wider (two such loads in flight per thread), and 8 bytes (twice the threads where a
+   16-byte vector leaves too few of them, or leaves threads of a group idle). When one 16-byte
+   vector per thread means more threads than two full waves of the device, the configuration with
+   two vectors per thread (half the threads, still filling every SM, each thread's fixed cost paid
+   once for twice the work) is timed first.
+2. **Blocks that fill the SMs.** When the default with 16-byte vectors leaves SMs without a block
+   or the device short of threads (a launch-bound shape), the configuration with the same vector
+   width that gives the most SMs a block, then keeps the most threads resident.
+3. **16-byte vector loads** with the default's other parameters.
 
-The tuner enqueues these after the warm starts; the sampler takes over from there.
+The tuner (``tune_key``) times the first of these right after the default and the parameters in
+use, then the results recorded for keys of the same element types, then the rest of these, then the
+results recorded for keys of other element types; the sampler takes over from there.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._space import Value
+from ._space import Value, config_key
 from ._target import Target
 
 THREADS_PER_SM = 2048  # resident threads per SM on NVIDIA GPUs since Volta (sm_70 .. sm_90)
-VECTOR_BYTES = 16
+VECTOR_BYTES = 16  # the widest load one instruction of a GPU thread issues
+NARROW_BYTES = 8
 
 
 def _itemsize(key: Mapping[str, Any]) -> int | None:
@@ -36,6 +52,18 @@ def _itemsize(key: Mapping[str, Any]) -> int | None:
             except TypeError:
                 continue
     return None
+
+
+def element_types(key: Mapping[str, Any]) -> dict[str, str]:
+    """The key's dimensions that name a numpy dtype (what a record of another key shares or not)."""
+    out = {}
+    for k, v in key.items():
+        if isinstance(v, str):
+            try:
+                out[k] = np.dtype(v).name
+            except TypeError:
+                continue
+    return out
 
 
 def _vector_params(target: Target) -> list[str]:
@@ -64,23 +92,84 @@ class _Probe:
         self.launches.append((math.prod(int(x) for x in g), math.prod(int(x) for x in b)))
 
 
-def occupancy(target: Target, case_args: Mapping[str, Any], config: Mapping[str, Value],
-              device: Any) -> tuple[int, int] | None:
-    """For the config's largest launch: how many SMs get a block, and how many of its threads the
-    device holds at once; None when the launch cannot be probed."""
+@dataclass(frozen=True)
+class Launch:
+    """A configuration's largest launch, as the probe saw it."""
+
+    blocks: int
+    threads: int  # per block
+    work: int | None  # elements of the largest array the function returns; None: it returns none
+
+    @property
+    def total(self) -> int:
+        return self.blocks * self.threads
+
+
+def launch_of(target: Target, case_args: Mapping[str, Any], config: Mapping[str, Value]) -> Launch | None:
+    """The config's largest launch and the work it produces; None when the launch cannot be probed."""
     from ._target import Tensor
 
     args = {k: np.empty(v.shape, v.dtype) if isinstance(v, Tensor) else v for k, v in case_args.items()}
     probe = _Probe(config)
     try:
-        target.fn(probe, **args)
+        result = target.fn(probe, **args)
     except Exception:  # a launcher that needs real data cannot be probed; the prior is skipped
         return None
     if not probe.launches:
         return None
     blocks, threads = max(probe.launches, key=lambda bt: bt[0] * bt[1])
-    per_sm = max(1, THREADS_PER_SM // max(threads, 1))
-    return min(blocks, device.compute_units), int(min(blocks, device.compute_units * per_sm) * threads)
+    outs = result if isinstance(result, (tuple, list)) else (result,)
+    sizes = [int(a.size) for a in outs if isinstance(a, np.ndarray)]
+    return Launch(blocks, threads, max(sizes) if sizes else None)
+
+
+def occupancy(target: Target, case_args: Mapping[str, Any], config: Mapping[str, Value],
+              device: Any) -> tuple[int, int] | None:
+    """For the config's largest launch: how many SMs get a block, and how many of its threads the
+    device holds at once; None when the launch cannot be probed."""
+    got = launch_of(target, case_args, config)
+    return None if got is None else _held(got, device)
+
+
+def _held(got: Launch, device: Any) -> tuple[int, int]:
+    per_sm = max(1, THREADS_PER_SM // max(got.threads, 1))
+    return min(got.blocks, device.compute_units), int(min(got.blocks, device.compute_units * per_sm) * got.threads)
+
+
+def _widths(target: Target, vec_names: Sequence[str], size: int) -> list[int]:
+    """The vector widths (elements) of rule 1, in order: 16 bytes, the widest listed, 8 bytes."""
+    listed = sorted({int(v) for n in vec_names for v in target.space.params[n] if isinstance(v, int)})
+    out = []
+    for w in (VECTOR_BYTES // size, max(listed, default=0), NARROW_BYTES // size):
+        if w >= 1 and w in listed and w not in out and (w * size >= VECTOR_BYTES or w == NARROW_BYTES // size):
+            out.append(w)
+    return out
+
+
+def one_per_thread(target: Target, key: Mapping[str, Any], case_args: Mapping[str, Any],
+                   vec_names: Sequence[str], width: int, *, vectors: int = 1,
+                   probed: dict[str, Launch | None] | None = None) -> dict[str, Value] | None:
+    """Rule 1 for one vector width: the most threads while each has ``vectors`` whole vectors of the
+    work, then the fewest of the default's parameters changed, then the fewest steps from it; None
+    when the launches cannot be probed."""
+    probed = {} if probed is None else probed
+    best: tuple[tuple[int, int, int], dict[str, Value]] | None = None
+    for p in target.space.feasible(key):
+        if any(p[n] != width for n in vec_names):
+            continue
+        ck = config_key(p)
+        if ck not in probed:
+            probed[ck] = launch_of(target, case_args, p)
+        got = probed[ck]
+        if got is None or got.work is None:
+            return None
+        if got.work < got.total * width * vectors:
+            continue  # some threads would get less than that
+        changed = sum(p[n] != target.default[n] for n in p)
+        score = (got.total, -changed, -_distance(p, target.default, target))
+        if best is None or score > best[0]:
+            best = (score, p)
+    return None if best is None else best[1]
 
 
 def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence[int],
@@ -97,15 +186,29 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             first[n] = want
     if not target.space.valid(first, key):
         return []
-    out: list[tuple[str, dict[str, Value]]] = [(f"prior: {VECTOR_BYTES}-byte vectors", first)]
+    tail: list[tuple[str, dict[str, Value]]] = [(f"prior: {VECTOR_BYTES}-byte vectors", first)]
     if not case_indices or device.backend != "cuda":
-        return out
+        return tail
     case = max((target.cases[i] for i in case_indices), key=lambda c: c.input_bytes)
     args = target.case_args(case)
+    probed: dict[str, Launch | None] = {}
+    head: list[tuple[str, dict[str, Value]]] = []
     capacity = device.compute_units * THREADS_PER_SM
+    for w in _widths(target, vec_names, size):
+        cfg = one_per_thread(target, key, args, vec_names, w, probed=probed)
+        if cfg is None:
+            continue
+        head.append((f"prior: {w * size}-byte vectors, one per thread", cfg))
+        got = probed.get(config_key(cfg))
+        if w * size == VECTOR_BYTES and got is not None and got.total >= 2 * capacity:
+            # More threads than two full waves: half as many, with two vectors each, still fill the
+            # device, and each thread's fixed cost is paid once for twice the work.
+            two = one_per_thread(target, key, args, vec_names, w, vectors=2, probed=probed)
+            if two is not None:
+                head.insert(0, (f"prior: {w * size}-byte vectors, two per thread", two))
     held = occupancy(target, args, first, device)
     if held is None or (held[0] >= device.compute_units and held[1] >= capacity):
-        return out
+        return head + tail
     same_vec = [p for p in target.space.feasible(key) if all(p[n] == first[n] for n in vec_names) and p != first]
     scored = [(occupancy(target, args, p, device) or (0, 0), -_distance(p, first, target), p) for p in same_vec]
     if scored:
@@ -113,8 +216,8 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
         best_held, _, best = max(scored, key=lambda s: (s[0], s[1]))
         if best_held > held:
             # Launch-bound: filling the SMs matters more than keeping the default's block size.
-            out.insert(0, (f"prior: {VECTOR_BYTES}-byte vectors, blocks that fill the SMs", best))
-    return out
+            tail.insert(0, (f"prior: {VECTOR_BYTES}-byte vectors, blocks that fill the SMs", best))
+    return head + tail
 
 
 def _distance(a: Mapping[str, Value], b: Mapping[str, Value], target: Target) -> int:

@@ -120,6 +120,48 @@ def record_landscape(root: Path, target: Target, backend: str, key: Mapping[str,
                      note=f"recorded by ktune record in {time.monotonic() - t0:.1f} s")
 
 
+def run_redo(root: Path, files: Sequence[Path], backend: str, *, out: Path | None, settings: RecordSettings,
+             stale_only: bool) -> list[Path]:
+    """``ktune record --redo``: record again the target and key of each landscape file, on this device, and
+    write the new landscape over the old file (or into ``out``, a folder). With ``stale_only``, only
+    landscapes whose target's source or space has changed since they were recorded."""
+    from . import backends
+    from ._discover import discover
+    from ._errors import KtuneError
+    from ._landscape import LandscapeError, load
+
+    backend = backends.resolve(backend)
+    by_id = {target_id(t, root): t for t in discover(root)}
+    jobs = []
+    for path in files:
+        land = load(path)  # a truncated or foreign file stops here, before any GPU time is spent
+        target = by_id.get(land.target)
+        if target is None:
+            raise KtuneError(f"{path} was recorded for {land.target}, which is not a target under {root}",
+                             hint="pass the project it was recorded in with --root")
+        if land.backend != backend:
+            raise KtuneError(f"{path} was recorded on {land.backend}; this run records on {backend}",
+                             hint=f"pass --backend {land.backend}")
+        try:
+            land.check_for(target.source_hash(backend), space_of(target), what=target.name)
+            fresh = True
+        except LandscapeError:
+            fresh = False
+        if stale_only and fresh:
+            print(f"ktune record: {path.name}: source and space unchanged, kept", file=sys.stderr)
+            continue
+        chosen = choose_keys(target, backend, [{k: str(v) for k, v in land.key.items()}])
+        jobs.append((path, target, *chosen[0]))
+    written = []
+    for path, target, key, idx in jobs:
+        land = record_landscape(root, target, backend, key, idx, settings=settings)
+        dest = path if out is None else out / path.name
+        land.save(dest)
+        print(f"{target.name} {key_string(key)}: {len(land.timed)}/{len(land.points)} timed; wrote {dest}")
+        written.append(dest)
+    return written
+
+
 def _point(cfg: Mapping[str, Any], out: Outcome) -> Point:
     if out.status != "ok":
         return Point(dict(cfg), out.status, out.reason, compile_s=out.compile_s)

@@ -49,7 +49,7 @@ class TuneSettings:
     trial_timeout_s: float = 60.0
     batch: int = 4
     write: bool = True
-    priors: bool = True  # time the device priors (_priors) right after the warm starts
+    priors: bool = True  # time the device priors (_priors) among the warm starts (tune_key says where)
 
     def check(self) -> None:
         if self.trials < 1:
@@ -514,21 +514,29 @@ def _all_rows(study: Any, enc: Encoding) -> list[Any]:
 
 
 def _warm_starts(target: Target, store: Store | None, *, tid: str, device: str, key: Mapping[str, Any],
-                 current: Mapping[str, Value]) -> list[tuple[str, dict[str, Value]]]:
-    """The default, the parameters in use, and the best recorded for other keys and devices."""
-    out: list[tuple[str, dict[str, Value]]] = [("default", dict(target.default)), ("current", dict(current))]
+                 current: Mapping[str, Value]) -> list[tuple[str, dict[str, Value], bool]]:
+    """The default, the parameters in use, and the best recorded for other keys and devices, each
+    with whether it is near: the default and the parameters in use are, and so is a record of a key
+    with this key's element types (its dimensions that name a dtype); a record of a key with other
+    element types is timed after the device priors (tune_key)."""
+    from ._priors import element_types
+
+    types = element_types(key)
+    out: list[tuple[str, dict[str, Value], bool]] = [("default", dict(target.default), True),
+                                                     ("current", dict(current), True)]
     if store is not None:
         mine = key_string(key)
         others = [r for r in store.for_target(tid) if key_string(r.key) != mine or r.device != device]
         others.sort(key=lambda r: (r.device != device, key_string(r.key)))
-        out.extend((f"recorded for {r.device} {key_string(r.key)}", dict(r.params)) for r in others)
+        out.extend((f"recorded for {r.device} {key_string(r.key)}", dict(r.params),
+                    element_types(r.key) == types) for r in others)
     seen: set[str] = set()
     unique = []
-    for label, cfg in out:
+    for label, cfg, near in out:
         ck = config_key(cfg)
         if ck not in seen and target.space.valid(cfg, key):
             seen.add(ck)
-            unique.append((label, cfg))
+            unique.append((label, cfg, near))
     return unique
 
 
@@ -563,7 +571,13 @@ def decide(ab: ABOutcome) -> tuple[bool, str]:
 
 def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
              case_indices: Sequence[int]) -> TuneOutcome:
-    """Tune one target for one key; write the winner to the params file when it wins A/B."""
+    """Tune one target for one key; write the winner to the params file when it wins A/B.
+
+    Timed first, in this order: the default and the parameters in use; the first device prior
+    (``_priors``: the strongest guess computed for this key's own launch, one or two 16-byte vectors
+    per thread); the best recorded for other keys and devices whose keys have this key's element
+    types (the dimensions that name a dtype); the other device priors; the best recorded for keys
+    of other element types, whose vector widths transfer less well. The sampler proposes the rest."""
     import optuna
     from optuna.trial import TrialState
 
@@ -614,12 +628,19 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                         study.tell(t.number, state=TrialState.FAIL)  # left by an interrupted run
             rec = store.find(tid, device.id, key) if store else None
             current = dict(rec.params) if rec else dict(target.default)
-            _enqueue(study, enc, _warm_starts(target, store, tid=tid, device=device.id, key=key,
-                                              current=current))
+            warm = _warm_starts(target, store, tid=tid, device=device.id, key=key, current=current)
+            # In the order of the docstring: the default and the parameters in use, the first prior,
+            # what keys of the same element types found, the other priors, what other keys found.
+            priors = []
             if settings.priors and settings.sampler != "grid":
                 from ._priors import device_priors
 
-                _enqueue(study, enc, device_priors(target, key, case_indices, device))
+                priors = device_priors(target, key, case_indices, device)
+            mine = [(label, cfg) for label, cfg, _ in warm if label in ("default", "current")]
+            near = [(label, cfg) for label, cfg, n in warm if n and label not in ("default", "current")]
+            far = [(label, cfg) for label, cfg, n in warm if not n]
+            for group in (mine, priors[:1], near, priors[1:], far):
+                _enqueue(study, enc, group)
             if settings.sampler == "grid":
                 _enqueue(study, enc, [("grid", p) for p in feasible])
             loop = _Loop(study, enc, target, key=key, pool=pool, settings=settings)
@@ -656,7 +677,9 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             default_us = _value_of(study, enc, dict(target.default))
             seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(3), "little")
             if config_key(best_cfg) == config_key(current):
-                accepted, decision, ab = False, "the parameters in use are the best the study found", None
+                accepted, decision = False, "the parameters in use are the best the study found"
+                # A baseline measured on another version of the source is measured again, on this one.
+                ab = pool.ab(current, current, seed + 99991) if _stale(rec, target, ctx.backend) else None
             else:
                 ab = pool.ab(current, best_cfg, seed + 99991)
                 accepted, decision = decide(ab)
@@ -746,10 +769,18 @@ class _Write:
     tuned: Tuned
 
 
+def _stale(record: Record | None, target: Target, backend: str) -> bool:
+    """Whether the record's baseline was measured on another version of the target's source."""
+    return (record is not None and record.baseline is not None
+            and record.baseline.source_hash != target.source_hash(backend))
+
+
 def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tuple[CaseChange, ...]]:
     """The params-file record a finished tune leaves, and the per-case before/after of an accepted one.
 
-    An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``.
+    An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``,
+    unless its baseline was measured on another version of the source: then the A/B run's timings of
+    the kept parameters, on the source as it is now, become the baseline.
     """
     if w.accepted and w.ab is not None:
         cases = [target.cases[i] for i in w.cases]
@@ -761,6 +792,10 @@ def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tu
         return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
                       tuned=w.tuned), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
+    if _stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
+        cases = [target.cases[i] for i in w.cases]
+        timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
+        base = replace(base, baseline=new_baseline(ctx.root, target, ctx.backend, base.params, timings))
     return replace(base, tuned=w.tuned), ()
 
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ._errors import MismatchError, ReferenceShapeError
-from ._target import Case, Target, Tensor, Tolerance, tolerance_for
+from ._target import Case, Target, Tensor, Tolerance, dtype_family, tolerance_for
 
 
 def case_seed(base: int, target: Target, case_id: str, purpose: str = "check") -> int:
@@ -25,7 +26,8 @@ def draw_inputs(case: Case, seed: int) -> dict[str, Any]:
     return {k: (v.draw(rng) if isinstance(v, Tensor) else v) for k, v in case.args.items()}
 
 
-def _as_outputs(value: Any) -> list[np.ndarray]:
+def as_outputs(value: Any) -> list[np.ndarray]:
+    """The reference's (or the kernel's, on the host) outputs as a list of arrays."""
     if isinstance(value, (tuple, list)):
         return [np.asarray(v) for v in value]
     return [np.asarray(value)]
@@ -51,6 +53,7 @@ def compare_one(out: np.ndarray, ref: np.ndarray, index: int, tol: Tolerance) ->
 
 
 def _compare(out: np.ndarray, ref: np.ndarray, index: int, tol: Tolerance) -> Comparison:
+    # device_close below must pass and fail exactly where this does: change both together.
     tol_norm, atol, rtol = tol.norm, tol.atol, tol.rtol
     o = out.astype(np.float64)
     r = ref.astype(np.float64)
@@ -73,27 +76,79 @@ def _compare(out: np.ndarray, ref: np.ndarray, index: int, tol: Tolerance) -> Co
     )
 
 
-def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed: int,
-                  backend: str, repro: str = "") -> list[Comparison]:
-    """Compare the kernel's outputs with the reference's; raise MismatchError on disagreement."""
-    outs, refs = _as_outputs(got), _as_outputs(expected)
+#: Array kinds ``device_close`` judges (bool, integers, floats); others are compared on the host,
+#: bfloat16 among them (ml_dtypes gives it kind "V").
+DEVICE_KINDS = "biuf"
+
+
+def device_close(xp: Any, out: Any, ref: Any, tol: Tolerance, *, chunk: int = 1 << 24) -> bool:
+    """Whether ``out`` agrees with ``ref``: the verdict of ``compare_one(out, ref, i, tol).ok``, computed
+    with the array module ``xp`` (numpy, or cupy on the device's own arrays) without copying either
+    to the host, and without the worst element and counts a failure message needs.
+
+    Every element must be finite in both (a non-finite output is bad, and a non-finite reference
+    would need an equal, so non-finite, output), within ``atol + rtol * |ref|``, and the relative
+    norm of the error within ``tol.norm``; all in float64, operation by operation as ``_compare``
+    does, so the rounding is the same. It works through flat chunks of ``chunk`` elements, which
+    bounds the float64 temporaries; the sums of squares are then added chunk by chunk, which may
+    round their last bits differently from numpy's single dot product.
+    """
+    o_all, r_all = out.reshape(-1), ref.reshape(-1)
+    if o_all.size != r_all.size:
+        raise ValueError(f"output has {o_all.size} elements but the reference {r_all.size}")
+    sq_err = sq_ref = 0.0
+    # As in compare_one: numpy must not warn on overflowing differences (cupy never does).
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for start in range(0, int(o_all.size), chunk):
+            o = o_all[start:start + chunk].astype(xp.float64, copy=False)
+            r = r_all[start:start + chunk].astype(xp.float64, copy=False)
+            if not bool(xp.isfinite(o).all()) or not bool(xp.isfinite(r).all()):
+                return False
+            err = o - r
+            del o
+            limit = xp.abs(r)
+            limit *= tol.rtol
+            limit += tol.atol
+            if bool((xp.abs(err) > limit).any()):
+                return False
+            del limit
+            sq_err += float(xp.dot(err, err))
+            sq_ref += float(xp.dot(r, r))
+    rel = math.sqrt(sq_err) / (math.sqrt(sq_ref) or 1.0) if o_all.size else 0.0
+    return rel <= tol.norm
+
+
+def check_structure(target: Target, case_id: str, outs: Sequence[Any], refs: Sequence[Any]) -> None:
+    """Raise ReferenceShapeError unless the outputs and the reference's agree in number, shapes and
+    dtype families. Reads only ``shape`` and ``dtype``, so ``outs`` may be device arrays."""
     if len(outs) != len(refs):
         raise ReferenceShapeError(
             f"case {case_id}: the kernel function returned {len(outs)} output(s), the reference "
             f"{len(refs)}", where=target.where,
             hint="return the same outputs, in the same order, from both")
-    results = []
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
-        if o.shape != r.shape:
+        o_shape, o_dtype = tuple(int(n) for n in o.shape), np.dtype(o.dtype)
+        if o_shape != r.shape:
             raise ReferenceShapeError(
-                f"case {case_id}: output {i} has shape {o.shape} but the reference's has {r.shape}",
+                f"case {case_id}: output {i} has shape {o_shape} but the reference's has {r.shape}",
                 where=target.where, hint="make the reference return arrays shaped like the kernel's outputs")
-        if o.dtype.kind != r.dtype.kind and not (o.dtype.kind in "iu" and r.dtype.kind in "iu"):
+        # bfloat16 (ml_dtypes; numpy's kind "V") is a float: a float64 reference matches it.
+        o_kind, r_kind = dtype_family(o_dtype), dtype_family(r.dtype)
+        if o_kind != r_kind and not (o_kind in "iu" and r_kind in "iu"):
             raise ReferenceShapeError(
-                f"case {case_id}: output {i} is {o.dtype} but the reference's is {r.dtype}",
+                f"case {case_id}: output {i} is {o_dtype} but the reference's is {r.dtype}",
                 where=target.where,
                 hint="return the reference in the output's dtype family (compute in float64, "
                      "then cast)")
+
+
+def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed: int,
+                  backend: str, repro: str = "") -> list[Comparison]:
+    """Compare the kernel's outputs with the reference's; raise MismatchError on disagreement."""
+    outs, refs = as_outputs(got), as_outputs(expected)
+    check_structure(target, case_id, outs, refs)
+    results = []
+    for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
         tol = tolerance_for(o.dtype, target.tolerance)
         results.append(compare_one(o, r, i, tol))
     failed = [c for c in results if not c.ok]

@@ -39,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
     tune.add_argument("--autotune", action="store_true",
-                      help="only keys with no tuned entry yet for this device")
+                      help="only keys with no tuned entry yet for this device, or whose entry was tuned on "
+                           "another version of the kernel's source")
     tune.add_argument("--write", default="none", choices=("none", "file", "patch", "commit", "pr"),
                       help="none: report only (the default); file: update ktune-params.json in place; patch: a "
                            "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
@@ -67,9 +68,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="the key of the smallest case (launch-bound)")
     record.add_argument("--largest-key", dest="keys", action="store_const", const="largest",
                         help="the key of the largest case (bandwidth-bound)")
+    record.add_argument("--redo", nargs="+", type=Path, default=None, metavar="LANDSCAPE",
+                        help="record again the target and key of these landscape files, over them (or into "
+                             "--out, a folder): after a kernel changed")
+    record.add_argument("--stale-only", action="store_true",
+                        help="with --redo: only the landscapes whose target's source or space has changed")
     record.add_argument("--max-bytes", default=None,
-                        help="pick keys only among cases with at most this many input bytes (e.g. 64M): the "
-                             "CPU-side check of every configuration's outputs dominates on large shapes")
+                        help="pick keys only among cases with at most this many input bytes (e.g. 64M); on "
+                             "backends that check outputs on the host, that check dominates on large shapes")
     record.add_argument("--out", type=Path, default=None,
                         help="a file (.json or .json.gz) or a folder (default: .ktune/landscapes)")
     record.add_argument("--samples", type=int, default=5,
@@ -134,8 +140,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 device = backends.create(backend).device.id
                 rec = store.find(target_id(target, root), device, key)
                 if rec is not None and rec.tuned is not None:
-                    print(f"{target.name} {key_string(key)}: already tuned on {rec.tuned.date}, skipped")
-                    continue
+                    tuned_on = rec.baseline.source_hash if rec.baseline is not None else None
+                    if tuned_on is None or tuned_on == target.source_hash(backend):
+                        print(f"{target.name} {key_string(key)}: already tuned on {rec.tuned.date}, skipped")
+                        continue
+                    print(f"{target.name} {key_string(key)}: tuned on {rec.tuned.date} for source {tuned_on}; "
+                          f"the source has changed since, tuning again")
             try:
                 out = tune_key(ctx, target, key, cases)
             except KtuneError as exc:
@@ -168,6 +178,21 @@ def cmd_record(args: argparse.Namespace) -> int:
     if args.samples < 0:
         raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")
     settings = RecordSettings(samples=args.samples or None, trial_timeout_s=args.trial_timeout, seed=args.seed)
+    if args.redo is not None:
+        from ._record import run_redo
+
+        if args.targets or args.key or args.keys != "given" or args.max_bytes:
+            raise KtuneError("--redo takes its targets and keys from the landscape files",
+                             hint="give either --redo FILES or targets and keys, not both")
+        if args.out is not None and (args.out.name.endswith(".json") or args.out.name.endswith(".json.gz")):
+            raise KtuneError(f"with --redo, --out names a folder, not a file: {args.out}",
+                             hint="leave --out out to write over the files")
+        run_redo(args.root.resolve(), args.redo, args.backend, out=args.out, settings=settings,
+                 stale_only=args.stale_only)
+        return 0
+    if args.stale_only:
+        raise KtuneError("--stale-only goes with --redo", hint="e.g. ktune record --redo landscapes/*.json.gz "
+                                                              "--stale-only")
     run_record(args.root.resolve(), args.targets, args.backend, parse_key(args.key), keys=args.keys, out=args.out,
                settings=settings, max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else None)
     return 0

@@ -35,12 +35,16 @@ def _case(t: int, inter: int, dtype: str, **kw: Any) -> ktune.Case:
     space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8], ITEMS=[1, 2, 4, 8],
                       constraints=["I % VEC == 0"]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "I": x.shape[1] // 2, "dtype": x.dtype.name},
-    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16)},
+    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
+                       "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
     cases=[
         *(_case(t, 8192, dt) for dt in ("float16", "float32") for t in (4, 32)),
         _case(4096, 28672, "float16", backends=["cuda"]),
         _case(16384, 14336, "float16", backends=["cuda"]),
         _case(16384, 8192, "float16", backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(4, 8192, "bfloat16", backends=["cuda"]),
+        _case(4096, 14336, "bfloat16", backends=["cuda"]),
     ],
     reference=gelu_tanh_and_mul_reference,
     bytes_moved=lambda x: x.nbytes + x.nbytes // 2,

@@ -4,7 +4,7 @@ Cascade and split-KV attention compute attention over a shared prefix and over
 the rest (the suffix) separately, each with the log-sum-exp (LSE) of its
 scores; this kernel merges the two. Layout (all arrays contiguous):
 
-* ``prefix_out``, ``suffix_out``: ``[T, NH, D]``, fp16 or fp32;
+* ``prefix_out``, ``suffix_out``: ``[T, NH, D]``, fp16, bf16 (CUDA only) or fp32;
 * ``prefix_lse``, ``suffix_lse``: ``[NH, T]``, float32 (head-major, as vLLM lays them out).
 
 For every token ``t`` and head ``h``, with ``p = prefix_lse[h, t]`` and
@@ -80,7 +80,8 @@ def _case(t: int, nh: int, d: int, dtype: str, *, empty: bool = False, **kw: Any
                       constraints=["D % VEC == 0"]),
     key=lambda prefix_out: {"T": ktune.bucket(prefix_out.shape[0]), "NH": prefix_out.shape[1],
                             "D": prefix_out.shape[2], "dtype": prefix_out.dtype.name},
-    defines=lambda prefix_out: {"DTYPE_F16": int(prefix_out.dtype == np.float16)},
+    defines=lambda prefix_out: {"DTYPE_F16": int(prefix_out.dtype == np.float16),
+                                "DTYPE_BF16": int(np.dtype(prefix_out.dtype).name == "bfloat16")},
     cases=[
         _case(7, 32, 128, "float16", empty=True),
         _case(64, 32, 128, "float32", empty=True),
@@ -90,6 +91,9 @@ def _case(t: int, nh: int, d: int, dtype: str, *, empty: bool = False, **kw: Any
         _case(4096, 64, 128, "float16", backends=["cuda"]),
         _case(16384, 32, 128, "float16", backends=["cuda"]),
         _case(16384, 64, 128, "float16", empty=True, backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(1, 64, 128, "bfloat16", backends=["cuda"]),
+        _case(4096, 64, 128, "bfloat16", empty=True, backends=["cuda"]),
     ],
     reference=merge_attn_states_reference,
     # Both partial outputs and both LSEs read; the merged output and LSE written.

@@ -2,7 +2,7 @@
 
 The activation quantiser in front of a block-quantised GEMM (DeepSeek-V3 style fp8, or int8 w8a8).
 
-* ``x``: ``[T, H]``, float16 or float32, contiguous; ``H`` a multiple of ``group_size`` (``G``);
+* ``x``: ``[T, H]``, float16, bfloat16 (CUDA only) or float32, contiguous; ``H`` a multiple of ``group_size`` (``G``);
 * ``out_dtype``: ``"int8"`` or ``"float8_e4m3fn"``; ``eps``: a floor for all-zero groups.
 
 Each row is cut into ``H / G`` groups of ``G`` consecutive values. For each group, with
@@ -140,6 +140,7 @@ _ONE_STEP = ktune.Tolerance(norm=1e-3, atol=1.0, rtol=0.0)
                                    "VEC * ((G // VEC + TPG - 1) // TPG) <= 64"]),
     key=_key,
     defines=lambda x, group_size, out_dtype: {"DTYPE_F16": int(x.dtype == np.float16),
+                                              "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16"),
                                               "OUT_FP8": int(out_dtype == FP8), "GROUP": group_size},
     cases=[
         _case(4, 2048, 128, "float16", FP8),
@@ -152,6 +153,9 @@ _ONE_STEP = ktune.Tolerance(norm=1e-3, atol=1.0, rtol=0.0)
         _case(4096, 28672, 128, "float16", FP8, backends=["cuda"]),
         _case(256, 4096, 64, "float16", "int8", backends=["cuda"]),
         _case(16384, 8192, 128, "float16", "int8", backends=["cuda"]),
+        # bfloat16 activations (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(1, 7168, 128, "bfloat16", FP8, backends=["cuda"]),
+        _case(4096, 7168, 128, "bfloat16", "int8", backends=["cuda"]),
     ],
     reference=per_token_group_quant_reference,
     tolerance={"int8": _ONE_STEP, "uint8": _ONE_STEP,

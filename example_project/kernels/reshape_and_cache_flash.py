@@ -4,7 +4,7 @@ Every serving stack with paged attention runs this once per layer and step:
 the keys and values computed for the step's tokens go to the cache slots the
 scheduler assigned them. Layout (all arrays contiguous):
 
-* ``key``, ``value``: ``[T, NKV, D]``, fp16 or fp32;
+* ``key``, ``value``: ``[T, NKV, D]``, fp16, bf16 (CUDA only) or fp32;
 * ``key_cache``, ``value_cache``: ``[num_blocks, block_size, NKV, D]``, the dtype of ``key``;
 * ``slot_mapping``: ``[T]`` int64, ``slot = block * block_size + offset``; ``-1`` marks a
   padding token, which writes nothing.
@@ -74,7 +74,8 @@ def _case(t: int, nkv: int, d: int, dtype: str, *, num_blocks: int, padding: int
                       constraints=["D % VEC == 0"]),
     key=lambda key: {"T": ktune.bucket(key.shape[0]), "NKV": key.shape[1], "D": key.shape[2],
                      "dtype": key.dtype.name},
-    defines=lambda key: {"DTYPE_F16": int(key.dtype == np.float16)},
+    defines=lambda key: {"DTYPE_F16": int(key.dtype == np.float16),
+                         "DTYPE_BF16": int(np.dtype(key.dtype).name == "bfloat16")},
     cases=[
         _case(7, 8, 128, "float16", num_blocks=4, padding=2),
         _case(64, 4, 64, "float32", num_blocks=8),
@@ -84,6 +85,9 @@ def _case(t: int, nkv: int, d: int, dtype: str, *, num_blocks: int, padding: int
         _case(4096, 8, 128, "float16", num_blocks=512, backends=["cuda"]),
         _case(16384, 8, 128, "float16", num_blocks=1280, backends=["cuda"]),
         _case(16384, 32, 128, "float16", num_blocks=1280, backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(1, 8, 128, "bfloat16", num_blocks=64, backends=["cuda"]),
+        _case(4096, 8, 128, "bfloat16", num_blocks=512, padding=7, backends=["cuda"]),
     ],
     reference=reshape_and_cache_flash_reference,
     # Keys and values read, and written once each into the caches, and the slots read

@@ -29,12 +29,16 @@ def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
     space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
                       constraints=["H % VEC == 0"]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "H": x.shape[1], "dtype": x.dtype.name},
-    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16)},
+    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
+                       "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
     cases=[
         *(_case(t, 4096, dt) for dt in ("float16", "float32") for t in (1, 64, 1024)),
         _case(4096, 8192, "float16", backends=["cuda"]),
         _case(16384, 8192, "float16", backends=["cuda"]),
         _case(16384, 4096, "float32", backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(64, 4096, "bfloat16", backends=["cuda"]),
+        _case(4096, 8192, "bfloat16", backends=["cuda"]),
     ],
     reference=rmsnorm_reference,
     bytes_moved=lambda x, w: 2 * x.nbytes + w.nbytes,

@@ -3,7 +3,8 @@
 Layout (all arrays contiguous, rotated in place over the whole head dimension):
 
 * ``positions``: ``[T]``, int32 or int64, each in ``[0, max_pos)``;
-* ``query``: ``[T, Hq, D]`` and ``key``: ``[T, Hk, D]`` (``Hk <= Hq`` for GQA), fp16 or fp32;
+* ``query``: ``[T, Hq, D]`` and ``key``: ``[T, Hk, D]`` (``Hk <= Hq`` for GQA), fp16, bf16 (CUDA
+  only) or fp32;
 * ``cos``, ``sin``: ``[max_pos, D/2]``, the dtype of ``query``: ``cos[p, i] = cos(p * f_i)``.
 
 For every token ``t`` (``p = positions[t]``), head and ``i < D/2``, with
@@ -80,6 +81,7 @@ def _case(t: int, heads: tuple[int, int], d: int, dtype: str, *, pos: str, max_p
         "T": ktune.bucket(query.shape[0]), "Hq": query.shape[1], "Hk": key.shape[1],
         "D": query.shape[2], "dtype": query.dtype.name, "pos": positions.dtype.name},
     defines=lambda positions, query: {"DTYPE_F16": int(query.dtype == np.float16),
+                                      "DTYPE_BF16": int(np.dtype(query.dtype).name == "bfloat16"),
                                       "POS_I64": int(positions.dtype == np.int64)},
     cases=[
         _case(8, (32, 8), 128, "float16", pos="int64"),
@@ -89,6 +91,9 @@ def _case(t: int, heads: tuple[int, int], d: int, dtype: str, *, pos: str, max_p
         _case(4096, (32, 8), 128, "float16", pos="int64", backends=["cuda"]),
         _case(16384, (32, 8), 128, "float16", pos="int64", backends=["cuda"]),
         _case(16384, (64, 8), 128, "float16", pos="int32", max_pos=32768, backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(8, (32, 8), 128, "bfloat16", pos="int64", backends=["cuda"]),
+        _case(4096, (32, 8), 128, "bfloat16", pos="int64", backends=["cuda"]),
     ],
     reference=rotary_neox_reference,
     # query and key read and written; positions and one cos and one sin row per token read.

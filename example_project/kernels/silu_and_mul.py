@@ -28,11 +28,15 @@ def _case(t: int, inter: int, dtype: str, **kw: Any) -> ktune.Case:
     space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8], ITEMS=[1, 2, 4],
                       constraints=["I % VEC == 0"]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "I": x.shape[1] // 2, "dtype": x.dtype.name},
-    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16)},
+    defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
+                       "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
     cases=[
         *(_case(t, 14336, dt) for dt in ("float16", "float32") for t in (16, 256)),
         _case(8192, 14336, "float16", backends=["cuda"]),
         _case(16384, 11008, "float16", backends=["cuda"]),
+        # bfloat16 (ml_dtypes arrays): CUDA only, OpenCL has no bfloat16.
+        _case(16, 14336, "bfloat16", backends=["cuda"]),
+        _case(8192, 14336, "bfloat16", backends=["cuda"]),
     ],
     reference=silu_and_mul_reference,
     bytes_moved=lambda x: x.nbytes + x.nbytes // 2,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .._target import Tolerance
 
 Dim = int | tuple[int, ...]
 
@@ -88,6 +91,10 @@ class Backend(Protocol):
     Implementations: ``CudaBackend`` (CuPy, NVRTC) and ``OpenCLBackend``
     (PyOpenCL; PoCL on a CPU). ``pytest_ktune.testing.BackendContract`` is
     the test suite each must pass.
+
+    A backend may also offer ``compare_on_device`` (see ``DeviceComparison``),
+    so that large outputs are checked where they are; one without it has its
+    outputs copied to the host and checked there.
     """
 
     name: str
@@ -118,6 +125,30 @@ class Backend(Protocol):
         ...
 
 
+class DeviceComparison(Protocol):
+    """The optional capability of comparing an output with the reference on the device."""
+
+    def compare_on_device(self, out: Any, ref: Any, tol: Tolerance) -> bool | None:
+        """Whether the device array ``out`` agrees with ``ref`` (a device copy of the reference, of
+        the same shape) within ``tol``, with exactly the verdict of ``_verify.compare_one``; None
+        when this backend cannot judge these arrays on the device, so they are checked on the host."""
+        ...
+
+
+def compare_on_device(backend: Backend, out: Any, ref: Any, tol: Tolerance) -> bool | None:
+    """``backend.compare_on_device(out, ref, tol)``, or None for a backend without it."""
+    method = getattr(backend, "compare_on_device", None)
+    if method is None:
+        return None
+    verdict = method(out, ref, tol)
+    return None if verdict is None else bool(verdict)
+
+
+def has_device_comparison(backend: Backend) -> bool:
+    """Whether ``backend`` offers ``compare_on_device`` at all (it may still decline some arrays)."""
+    return callable(getattr(backend, "compare_on_device", None))
+
+
 BackendFactory = Callable[[], Backend]
 
 
@@ -132,8 +163,10 @@ def as_dim(d: Dim) -> tuple[int, ...]:
 
 def poison_value(dtype: np.dtype[Any]) -> Any:
     """What fills a fresh output in checks, so that unwritten elements fail."""
+    from .._target import dtype_family
+
     dt = np.dtype(dtype)
-    if dt.kind == "f":
+    if dtype_family(dt) == "f":  # bfloat16 included (numpy's kind "V")
         return np.nan
     if dt.kind in "iu":
         # An unlikely value: the minimum for signed, the maximum for unsigned.

@@ -7,13 +7,17 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
+from .._target import as_dtype, is_bfloat16
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
+
+if TYPE_CHECKING:
+    from .._target import Tolerance
 
 INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
                 "on a machine with an NVIDIA GPU")
@@ -24,6 +28,9 @@ extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __re
         dst[i] = src[i];
 }
 """
+
+
+_BF16_NAN = 0x7FC0  # bfloat16's quiet NaN: the poison of a bfloat16 output
 
 
 def _cupy() -> Any:
@@ -208,21 +215,41 @@ class CudaBackend:
                                     "these defines are not tried") from None
         return _Program(self, module, filename)
 
+    # bfloat16 arrays (ml_dtypes on the host; CuPy 14 keeps the same dtype on the device) cross as
+    # their 16-bit patterns: a bit-exact copy that needs nothing of CuPy's bfloat16 arithmetic.
     def to_device(self, a: np.ndarray) -> Any:
-        return self.cp.asarray(np.ascontiguousarray(a))
+        a = np.ascontiguousarray(a)
+        if is_bfloat16(a.dtype):
+            return self.cp.asarray(a.view(np.uint16)).view(a.dtype)
+        return self.cp.asarray(a)
 
     def to_host(self, a: Any) -> np.ndarray:
+        if is_bfloat16(a.dtype):  # a view of the same item size keeps any strides
+            return np.asarray(self.cp.asnumpy(a.view(np.uint16))).view(np.dtype(a.dtype))
         return np.asarray(self.cp.asnumpy(a))
 
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
-        dt = np.dtype(dtype)
+        dt = as_dtype(dtype)
         out = self.cp.empty(tuple(shape), dtype=dt)
         if poison:
-            out.fill(poison_value(dt))
+            if is_bfloat16(dt):
+                out.view(np.uint16).fill(_BF16_NAN)
+            else:
+                out.fill(poison_value(dt))
         return out
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, self.cp.ndarray)
+
+    def compare_on_device(self, out: Any, ref: Any, tol: Tolerance) -> bool | None:
+        """Judge ``out`` against ``ref`` with CuPy in float64 on the GPU (``_verify.device_close``),
+        in chunks so the temporaries stay small; None for dtypes it does not judge (bfloat16, of
+        kind "V", among them: those outputs are checked on the host)."""
+        from .._verify import DEVICE_KINDS, device_close
+
+        if np.dtype(out.dtype).kind not in DEVICE_KINDS or np.dtype(ref.dtype).kind not in DEVICE_KINDS:
+            return None
+        return device_close(self.cp, out, ref, tol)
 
     def synchronize(self) -> None:
         try:

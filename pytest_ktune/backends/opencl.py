@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
+from .._errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
+from .._target import as_dtype, is_bfloat16
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
@@ -151,7 +152,9 @@ class _Timer:
 class OpenCLBackend:
     """PyOpenCL on the first GPU, else the first device (PoCL's CPU device on a machine with no GPU).
 
-    ``KTUNE_OPENCL_DEVICE`` picks a device by part of its name.
+    ``KTUNE_OPENCL_DEVICE`` picks a device by part of its name. It offers no
+    ``compare_on_device``: outputs are copied to the host and checked there (PoCL's
+    device is the host's CPU anyway, and not every OpenCL device has float64).
     """
 
     name = "opencl"
@@ -205,13 +208,15 @@ class OpenCLBackend:
         return _Program(self, program, filename)
 
     def to_device(self, a: np.ndarray) -> Any:
+        _refuse_bfloat16(a.dtype, tuple(a.shape))
         return self.cl.array.to_device(self.queue, np.ascontiguousarray(a))
 
     def to_host(self, a: Any) -> np.ndarray:
         return np.asarray(a.get(queue=self.queue))
 
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
-        dt = np.dtype(dtype)
+        dt = as_dtype(dtype)
+        _refuse_bfloat16(dt, tuple(shape))
         if poison:
             return self.to_device(np.full(tuple(shape), poison_value(dt), dtype=dt))
         return self.cl.array.empty(self.queue, tuple(shape), dt)
@@ -271,6 +276,14 @@ class OpenCLBackend:
         import gc
 
         gc.collect()
+
+
+def _refuse_bfloat16(dtype: Any, shape: tuple[int, ...]) -> None:
+    """OpenCL has no bfloat16 type (and PoCL no extension for it): refuse such arrays plainly."""
+    if is_bfloat16(dtype):
+        raise KtuneError(f"the opencl backend has no bfloat16: got a bfloat16 array of shape {shape}",
+                         hint="bfloat16 runs on the cuda backend: declare bfloat16 cases with "
+                              "backends=['cuda'] (or run with --ktune-backend=cuda)")
 
 
 def _build_log(exc: Any) -> str:

@@ -31,8 +31,17 @@ import pytest
 from .._errors import CompileError, LaunchError
 from .._runtime import Kernel, cdiv, run
 from .._space import Space
-from .._target import BACKENDS, Case, Tensor, target
-from ..backends.base import Backend, KernelFunction, Launch, Program, poison_value
+from .._target import BACKENDS, Case, Tensor, Tolerance, target, tolerance_for
+from .._verify import compare_one
+from ..backends.base import (
+    Backend,
+    KernelFunction,
+    Launch,
+    Program,
+    compare_on_device,
+    has_device_comparison,
+    poison_value,
+)
 
 _OPENCL: dict[str, str] = {
     "scale": """\
@@ -121,6 +130,44 @@ def _within_tries(check: Callable[[], None], tries: int = 3) -> None:
         except AssertionError:
             if attempt == tries - 1:
                 raise
+
+
+def _comparison_cases(dtype: str, n: int) -> list[tuple[str, np.ndarray, np.ndarray, Tolerance]]:
+    """Outputs in ``dtype`` and references (float64 for floats) that pass and fail ``compare_one``
+    in each of its ways: ``(label, out, ref, tol)``."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(11)
+    cases: list[tuple[str, np.ndarray, np.ndarray, Tolerance]] = []
+    if dt.kind in "iu":
+        ref = rng.integers(-100 if dt.kind == "i" else 0, 100, n).astype(dt)
+        exact = tolerance_for(dt, None)
+        off = ref.copy()
+        off[n // 2] += 1
+        cases += [("equal", ref.copy(), ref, exact), ("off by one", off, ref, exact),
+                  ("off by one, atol 1", off, ref, Tolerance(norm=1.0, atol=1.0, rtol=0.0)),
+                  ("wider reference", ref.copy(), ref.astype(np.int64), exact)]
+        return cases
+    tol = tolerance_for(dt, None)
+    ref = rng.standard_normal(n) + 2.0
+    out = ref.astype(dt)
+    cases.append(("rounded", out, ref, tol))
+    near = (ref + 0.5 * (tol.atol + tol.rtol * np.abs(ref))).astype(dt)
+    cases.append(("within atol and rtol, not the norm", near, ref, tol))
+    cases.append(("within atol, rtol and the norm", near, ref, Tolerance(norm=1.0, atol=tol.atol, rtol=tol.rtol)))
+    far = out.copy()
+    far[n // 3] = dt.type(ref[n // 3] + 4 * (tol.atol + tol.rtol * abs(ref[n // 3])))
+    cases.append(("one element beyond", far, ref, Tolerance(norm=1.0, atol=tol.atol, rtol=tol.rtol)))
+    for label, value in (("NaN", np.nan), ("inf", np.inf)):
+        bad = out.copy()
+        bad[n - 1] = value
+        cases.append((f"{label} in the output", bad, ref, tol))
+    nonfinite_ref = ref.copy()
+    nonfinite_ref[1] = np.inf
+    matched = out.copy()
+    matched[1] = np.inf
+    cases.append(("inf matched", matched, nonfinite_ref, tol))
+    cases.append(("empty", out[:0], ref[:0], tol))
+    return cases
 
 
 def _assert_scaled(got: np.ndarray, x: np.ndarray, scale: float, offset: float) -> None:
@@ -308,6 +355,24 @@ class BackendContract:
         np.testing.assert_array_equal(backend.to_host(kept), x)
         got = self.run_scale(backend, self.scale_function(backend, 2, 1), x)
         _assert_scaled(got, x, 2, 1)
+
+    # -- comparing on the device ------------------------------------------
+    @pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+    def test_device_comparison_agrees_with_the_host(self, backend: Backend, dtype: str) -> None:
+        """A backend that offers ``compare_on_device`` must pass and fail exactly what
+        ``compare_one`` on the host does."""
+        reason = "backend has no device comparison; outputs are checked on the host"
+        if not has_device_comparison(backend):
+            pytest.skip(reason)
+        verdicts = []
+        for label, out, ref, tol in _comparison_cases(dtype, self.N):
+            want = compare_one(out, ref, 0, tol).ok
+            got = compare_on_device(backend, backend.to_device(out), backend.to_device(ref), tol)
+            if got is None:
+                pytest.skip(f"{reason} ({dtype} declined)")
+            assert got == want, f"{dtype}, {label}: the device says {got}, the host {want}"
+            verdicts.append(want)
+        assert True in verdicts and False in verdicts  # the cases test both ways
 
     # -- timing ----------------------------------------------------------
     def test_timer_samples_several_launch_sets(self, backend: Backend) -> None:

@@ -72,7 +72,7 @@ def test_another_source_hash_names_both_hashes_and_says_record_again() -> None:
     with pytest.raises(LandscapeError) as err:
         land.check_for(t.source_hash("cuda"), space_of(t), what=t.name)
     assert "0123456789abcdef" in err.value.message and t.source_hash("cuda") in err.value.message
-    assert "ktune record silu_and_mul --key T=256 --key I=14336 --key dtype=float16" in (err.value.hint or "")
+    assert f"record it again on a cuda device: ktune record --redo {land.where}" in (err.value.hint or "")
 
 
 def test_another_space_shows_both_spaces() -> None:

@@ -71,4 +71,4 @@ def test_key_rules_pick_the_smallest_and_largest_case_within_a_size() -> None:
     assert labels("extremes") == ["T16-I14336-float16", "T16384-I11008-float16"]
     assert labels("largest", parse_bytes("64M")) == ["T256-I14336-float32"]
     assert labels("smallest") == ["T16-I14336-float16"]
-    assert len(labels("all")) == 6
+    assert len(labels("all")) == 8

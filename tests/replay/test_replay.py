@@ -86,7 +86,7 @@ def test_every_committed_landscape_matches_the_example_project() -> None:
         check_landscape(target(land.name), land)
 
 
-def test_the_best_recorded_for_another_key_is_timed_right_after_the_default() -> None:
+def test_the_best_recorded_for_another_key_is_timed_after_the_first_prior() -> None:
     from pytest_ktune._replay import record_of
 
     land = landscape(SILU)
@@ -94,8 +94,9 @@ def test_the_best_recorded_for_another_key_is_timed_right_after_the_default() ->
     seen = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
     r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=4, seed=0,
                     records=[record_of(other, seen)])
-    assert [c for c, _ in r.trace[:3]] == [dict(target("silu_and_mul").default), seen,
-                                           {"BLOCK": 256, "VEC": 8, "ITEMS": 1}]
+    # the default, one 16-byte vector per thread, the other key's best, one 8-byte vector per thread
+    assert [c for c, _ in r.trace[:4]] == [dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1},
+                                           seen, {"BLOCK": 256, "VEC": 4, "ITEMS": 1}]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -109,3 +110,17 @@ def test_a_budget_as_large_as_the_space_times_every_point(seed: int) -> None:
     keys = {config_key(c) for c, _ in r.trace}
     assert len(keys) == len(r.trace) == size
     assert config_key(land.optimum.params) in keys
+
+
+def test_a_record_of_other_element_types_is_timed_after_the_priors() -> None:
+    # A float32 key's best says little about a float16 key's vector width: every prior, computed for
+    # this key's dtype and launch, goes first.
+    from pytest_ktune._replay import record_of
+
+    land = landscape(SILU)
+    seen = {"BLOCK": 64, "VEC": 2, "ITEMS": 2}
+    other = replace(land, key={"T": 256, "I": 14336, "dtype": "float32"})
+    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
+                    records=[record_of(other, seen)])
+    assert [c for c, _ in r.trace[:4]] == [dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1},
+                                           {"BLOCK": 256, "VEC": 4, "ITEMS": 1}, seen]

@@ -236,23 +236,38 @@ def test_warm_starts_in_order_valid_and_once_each(tmp_path: Path) -> None:
     ]
     store = Store(tmp_path / "ktune-params.json", records)
     starts = _warm_starts(TARGET, store, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=current)
-    assert starts == [
-        ("default", dict(TARGET.default)),
-        ("current", current),
-        (f"recorded for {DEVICE} N=2048", near),
-        ("recorded for Other Device [opencl] N=256", far),
-        ("recorded for Other Device [opencl] N=512", elsewhere),
+    assert starts == [  # keys without a dtype: every record is of the same element types, so near
+        ("default", dict(TARGET.default), True),
+        ("current", current, True),
+        (f"recorded for {DEVICE} N=2048", near, True),
+        ("recorded for Other Device [opencl] N=256", far, True),
+        ("recorded for Other Device [opencl] N=512", elsewhere, True),
     ]
-    assert len({config_key(c) for _, c in starts}) == len(starts)
-    assert all(TARGET.space.valid(c, KEY) for _, c in starts)
+    assert len({config_key(c) for _, c, _ in starts}) == len(starts)
+    assert all(TARGET.space.valid(c, KEY) for _, c, _ in starts)
+
+
+def test_warm_starts_mark_records_of_other_element_types_as_far(tmp_path: Path) -> None:
+    # A key's dimensions that name a dtype are its element types: a record of a key with the same
+    # ones is near (timed before most priors), one with others far (timed after them).
+    tid = target_id(TARGET, ROOT)
+    key = {"N": 512, "dtype": "float16"}
+    same = config(BLOCK=64, VEC=2)
+    other = config(BLOCK=64, VEC=4)
+    store = Store(tmp_path / "ktune-params.json", [
+        Record(target=tid, device=DEVICE, key={"N": 1024, "dtype": "float16"}, params=same),
+        Record(target=tid, device=DEVICE, key={"N": 2048, "dtype": "float32"}, params=other),
+    ])
+    starts = _warm_starts(TARGET, store, tid=tid, device=DEVICE, key=key, current=dict(TARGET.default))
+    assert [(c, near) for _, c, near in starts] == [(dict(TARGET.default), True), (same, True), (other, False)]
 
 
 def test_warm_starts_drop_a_current_that_is_invalid_for_the_key() -> None:
     bad = config(BLOCK=256, VEC=4)
     assert not TARGET.space.valid(bad, KEY)
     starts = _warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=bad)
-    assert starts == [("default", dict(TARGET.default))]
+    assert starts == [("default", dict(TARGET.default), True)]
     same = _warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY,
                         current=dict(TARGET.default))
-    assert same == [("default", dict(TARGET.default))]
+    assert same == [("default", dict(TARGET.default), True)]
     assert key_string({"N": 512}) == "N=512"
