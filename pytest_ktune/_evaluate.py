@@ -5,7 +5,6 @@ Shared by the gate's items and the tuner's worker processes.
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -149,10 +148,6 @@ def _device_outputs(backend: Backend, result: Any) -> list[Any] | None:
     return outs if outs and all(backend.owns(o) for o in outs) else None
 
 
-def _nbytes(a: Any) -> int:
-    return int(math.prod(int(n) for n in a.shape) * np.dtype(a.dtype).itemsize)
-
-
 def passes_on_device(job: Job, result: Any, expected: Any, seed: int, cache: InputCache | None) -> bool:
     """Whether the outputs in ``result`` were checked on the device and all agree with ``expected``.
 
@@ -165,7 +160,7 @@ def passes_on_device(job: Job, result: Any, expected: Any, seed: int, cache: Inp
     if not has_device_comparison(backend):
         return False
     outs = _device_outputs(backend, result)
-    if outs is None or sum(_nbytes(o) for o in outs) < DEVICE_COMPARE_MIN_BYTES:
+    if outs is None or sum(int(o.nbytes) for o in outs) < DEVICE_COMPARE_MIN_BYTES:
         return False
     refs = as_outputs(expected)
     check_structure(job.target, job.case_id, outs, refs)

@@ -36,34 +36,35 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import KtuneError
 from ._space import Value, config_key
-from ._target import Target
+from ._target import Target, Tensor, as_dtype
 
 THREADS_PER_SM = 2048  # resident threads per SM on NVIDIA GPUs since Volta (sm_70 .. sm_90)
 VECTOR_BYTES = 16  # the widest load one instruction of a GPU thread issues
 NARROW_BYTES = 8
 
 
-def _itemsize(key: Mapping[str, Any]) -> int | None:
-    for v in key.values():
-        if isinstance(v, str):
-            try:
-                return int(np.dtype(v).itemsize)
-            except TypeError:
-                continue
-    return None
-
-
-def element_types(key: Mapping[str, Any]) -> dict[str, str]:
-    """The key's dimensions that name a numpy dtype (what a record of another key shares or not)."""
+def _dtypes(key: Mapping[str, Any]) -> dict[str, np.dtype[Any]]:
+    """The key's dimensions that name a dtype (bfloat16 included), in the key's order."""
     out = {}
     for k, v in key.items():
         if isinstance(v, str):
             try:
-                out[k] = np.dtype(v).name
-            except TypeError:
+                out[k] = as_dtype(v)
+            except (TypeError, KtuneError):
                 continue
     return out
+
+
+def _itemsize(key: Mapping[str, Any]) -> int | None:
+    """The item size of the key's first dtype dimension."""
+    return next((int(dt.itemsize) for dt in _dtypes(key).values()), None)
+
+
+def element_types(key: Mapping[str, Any]) -> dict[str, str]:
+    """The key's dimensions that name a dtype (what a record of another key shares or not)."""
+    return {k: dt.name for k, dt in _dtypes(key).items()}
 
 
 def _vector_params(target: Target) -> list[str]:
@@ -107,8 +108,6 @@ class Launch:
 
 def launch_of(target: Target, case_args: Mapping[str, Any], config: Mapping[str, Value]) -> Launch | None:
     """The config's largest launch and the work it produces; None when the launch cannot be probed."""
-    from ._target import Tensor
-
     args = {k: np.empty(v.shape, v.dtype) if isinstance(v, Tensor) else v for k, v in case_args.items()}
     probe = _Probe(config)
     try:
@@ -129,6 +128,15 @@ def occupancy(target: Target, case_args: Mapping[str, Any], config: Mapping[str,
     device holds at once; None when the launch cannot be probed."""
     got = launch_of(target, case_args, config)
     return None if got is None else _held(got, device)
+
+
+def _cached_launch(target: Target, case_args: Mapping[str, Any], config: Mapping[str, Value],
+                   cache: dict[str, Launch | None]) -> Launch | None:
+    """``launch_of``, each configuration probed once per ``cache``."""
+    ck = config_key(config)
+    if ck not in cache:
+        cache[ck] = launch_of(target, case_args, config)
+    return cache[ck]
 
 
 def _held(got: Launch, device: Any) -> tuple[int, int]:
@@ -157,10 +165,7 @@ def one_per_thread(target: Target, key: Mapping[str, Any], case_args: Mapping[st
     for p in target.space.feasible(key):
         if any(p[n] != width for n in vec_names):
             continue
-        ck = config_key(p)
-        if ck not in probed:
-            probed[ck] = launch_of(target, case_args, p)
-        got = probed[ck]
+        got = _cached_launch(target, case_args, p, probed)
         if got is None or got.work is None:
             return None
         if got.work < got.total * width * vectors:
@@ -206,11 +211,16 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             two = one_per_thread(target, key, args, vec_names, w, vectors=2, probed=probed)
             if two is not None:
                 head.insert(0, (f"prior: {w * size}-byte vectors, two per thread", two))
-    held = occupancy(target, args, first, device)
+
+    def held_by(p: Mapping[str, Value]) -> tuple[int, int] | None:  # occupancy, probing each point once
+        got = _cached_launch(target, args, p, probed)
+        return None if got is None else _held(got, device)
+
+    held = held_by(first)
     if held is None or (held[0] >= device.compute_units and held[1] >= capacity):
         return head + tail
     same_vec = [p for p in target.space.feasible(key) if all(p[n] == first[n] for n in vec_names) and p != first]
-    scored = [(occupancy(target, args, p, device) or (0, 0), -_distance(p, first, target), p) for p in same_vec]
+    scored = [(held_by(p) or (0, 0), -_distance(p, first, target), p) for p in same_vec]
     if scored:
         # Every SM busy first, then the most resident threads, then the fewest steps from the default.
         best_held, _, best = max(scored, key=lambda s: (s[0], s[1]))

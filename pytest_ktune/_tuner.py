@@ -679,7 +679,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             if config_key(best_cfg) == config_key(current):
                 accepted, decision = False, "the parameters in use are the best the study found"
                 # A baseline measured on another version of the source is measured again, on this one.
-                ab = pool.ab(current, current, seed + 99991) if _stale(rec, target, ctx.backend) else None
+                ab = pool.ab(current, current, seed + 99991) if baseline_is_stale(rec, target, ctx.backend) else None
             else:
                 ab = pool.ab(current, best_cfg, seed + 99991)
                 accepted, decision = decide(ab)
@@ -769,7 +769,7 @@ class _Write:
     tuned: Tuned
 
 
-def _stale(record: Record | None, target: Target, backend: str) -> bool:
+def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bool:
     """Whether the record's baseline was measured on another version of the target's source."""
     return (record is not None and record.baseline is not None
             and record.baseline.source_hash != target.source_hash(backend))
@@ -792,7 +792,7 @@ def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tu
         return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
                       tuned=w.tuned), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
-    if _stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
+    if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
         base = replace(base, baseline=new_baseline(ctx.root, target, ctx.backend, base.params, timings))

@@ -112,7 +112,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from . import backends
     from ._discover import discover, select
     from ._store import Store, key_string, target_id
-    from ._tuner import TuneContext, TuneSettings, cases_by_key, tune_key
+    from ._tuner import TuneContext, TuneSettings, baseline_is_stale, cases_by_key, tune_key
 
     root = args.root.resolve()
     mode = "none" if args.no_write else args.write
@@ -129,6 +129,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     store = Store.load(ctx.params_path)
     failures = 0
     outcomes = []
+    device_id: str | None = None
     for target in targets:
         if backend not in target.sources:
             print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
@@ -137,15 +138,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
             failures += _run_agent(agent, ctx, target)
         for key, cases in cases_by_key(target, backend).values():
             if args.autotune:
-                device = backends.create(backend).device.id
-                rec = store.find(target_id(target, root), device, key)
+                if device_id is None:  # one backend for the device's name, not one per key
+                    device_id = backends.create(backend).device.id
+                rec = store.find(target_id(target, root), device_id, key)
                 if rec is not None and rec.tuned is not None:
-                    tuned_on = rec.baseline.source_hash if rec.baseline is not None else None
-                    if tuned_on is None or tuned_on == target.source_hash(backend):
+                    if not baseline_is_stale(rec, target, backend):
                         print(f"{target.name} {key_string(key)}: already tuned on {rec.tuned.date}, skipped")
                         continue
-                    print(f"{target.name} {key_string(key)}: tuned on {rec.tuned.date} for source {tuned_on}; "
-                          f"the source has changed since, tuning again")
+                    print(f"{target.name} {key_string(key)}: tuned on {rec.tuned.date} for another version of "
+                          "its source; the source has changed since, tuning again")
             try:
                 out = tune_key(ctx, target, key, cases)
             except KtuneError as exc:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from .._target import dtype_family
+
 if TYPE_CHECKING:
     from .._target import Tolerance
 
@@ -163,8 +165,6 @@ def as_dim(d: Dim) -> tuple[int, ...]:
 
 def poison_value(dtype: np.dtype[Any]) -> Any:
     """What fills a fresh output in checks, so that unwritten elements fail."""
-    from .._target import dtype_family
-
     dt = np.dtype(dtype)
     if dtype_family(dt) == "f":  # bfloat16 included (numpy's kind "V")
         return np.nan

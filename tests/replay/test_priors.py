@@ -10,7 +10,7 @@ import numpy as np
 
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
-from pytest_ktune._priors import _widths, device_priors, element_types, launch_of, occupancy, one_per_thread
+from pytest_ktune._priors import _itemsize, _widths, device_priors, element_types, launch_of, occupancy, one_per_thread
 from pytest_ktune._replay import _device_of
 from pytest_ktune._target import Target
 
@@ -132,6 +132,12 @@ def test_element_types_are_the_key_dimensions_naming_a_dtype() -> None:
     assert element_types({"T": 64, "dtype": "float16", "out": "int8", "mode": "fast"}) == \
         {"dtype": "float16", "out": "int8"}
     assert element_types({"T": 64}) == {}
+
+
+def test_a_bfloat16_key_is_a_two_byte_element_type() -> None:
+    # numpy knows no "bfloat16" name until ml_dtypes is imported: the priors must not depend on that.
+    assert element_types({"T": 64, "dtype": "bfloat16"}) == {"dtype": "bfloat16"}
+    assert _itemsize({"T": 64, "dtype": "bfloat16"}) == 2
 
 
 def test_launch_bound_rmsnorm() -> None:
