@@ -7,9 +7,12 @@ compile; one that breaks a Space constraint never reaches the device and does no
 configuration proposed again is answered from memory and does not count.
 
 Strategies: ``ktune`` (the live tuner's default path: ``tune_key`` with its warm starts and device
-priors), Optuna's ``random``, ``tpe`` (plain, Optuna's defaults), ``gp`` and ``cmaes`` (through the
-tuner's own loop, without warm starts), and Kernel Tuner's strategies (``kt:<name>``) through its
-own simulation mode, from a cache file written from the landscape.
+priors, then the ``bo`` sampler), two of its parts for comparison (``ktune:tpe``: the same warm
+starts and priors, then the tuner's TPE; ``bo``: the sampler alone, from the default), Optuna's
+``random``, ``tpe`` (plain, Optuna's defaults), ``gp`` and ``cmaes`` (through the tuner's own loop,
+without warm starts), and Kernel Tuner's strategies (``kt:<name>``) through its own simulation mode,
+from a cache file written from the landscape. The summary sets ``ktune`` against the best of the
+strategies that are not its own.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ TOLERANCES = (0.03, 0.05)
 KT_STRATEGIES = ("random_sample", "simulated_annealing", "pso", "genetic_algorithm", "bayes_opt",
                  "firefly_algorithm", "diff_evo", "greedy_ils", "mls", "dual_annealing", "basinhopping")
 OPTUNA_STRATEGIES = ("random", "tpe", "gp", "cmaes")
-DEFAULT_STRATEGIES = ("ktune", *OPTUNA_STRATEGIES, *(f"kt:{s}" for s in KT_STRATEGIES))
+# The default strategy and two of its parts alone: what each contributes. Not rivals in the summary.
+OWN_STRATEGIES = ("ktune", "ktune:tpe", "bo")
+DEFAULT_STRATEGIES = (*OWN_STRATEGIES, *OPTUNA_STRATEGIES, *(f"kt:{s}" for s in KT_STRATEGIES))
 DEFAULT_BUDGET_CAP = 100
 
 Trace = list[float]  # the true objective (µs) of each trial, in order; inf for a failed or infeasible one
@@ -62,8 +67,9 @@ class Problem:
 
 
 def run_optuna(problem: Problem, sampler: str, budget: int, seed: int, noise: bool) -> Trace:
-    """An Optuna sampler through the tuner's loop, from the target's default, without priors or warm starts
-    from other keys. ``tpe`` is Optuna's TPE with its own defaults (not the tuner's tuned TPE)."""
+    """A sampler through the tuner's loop, from the target's default, without priors or warm starts
+    from other keys. ``tpe`` is Optuna's TPE with its own defaults (not the tuner's tuned TPE); ``bo``
+    is the default strategy's sampler alone."""
     from ._replay import replay_tune
 
     factory = None
@@ -82,19 +88,21 @@ def run_optuna(problem: Problem, sampler: str, budget: int, seed: int, noise: bo
     return [v for _, v in r.trace][:budget]
 
 
-def run_ktune(problem: Problem, budget: int, seed: int, noise: bool) -> Trace:
+def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: str | None = None) -> Trace:
     """The default strategy, as ``ktune tune`` runs it: the params file holds what earlier tunes of the
     target's other keys found (here: a replay of ``ktune`` on each other landscape with the same seed
-    and budget, without warm starts of its own), and tune_key adds the default and the device priors."""
+    and budget, without warm starts of its own), and tune_key adds the default and the device priors.
+    ``sampler``: another sampler after the warm starts (``ktune:tpe``), for all those replays."""
     from ._replay import record_of, replay_tune
     from ._tuner import DEFAULT_SAMPLER
 
+    sampler = sampler or DEFAULT_SAMPLER
     records = []
     for other in problem.others:
-        first = replay_tune(problem.root, problem.target, other, sampler=DEFAULT_SAMPLER,
+        first = replay_tune(problem.root, problem.target, other, sampler=sampler,
                             trials=min(budget, len(other.timed)), seed=seed, noise=noise)
         records.append(record_of(other, first.best_params))
-    r = replay_tune(problem.root, problem.target, problem.land, sampler=DEFAULT_SAMPLER, trials=budget, seed=seed,
+    r = replay_tune(problem.root, problem.target, problem.land, sampler=sampler, trials=budget, seed=seed,
                     noise=noise, records=records)
     return [v for _, v in r.trace][:budget]
 
@@ -246,7 +254,7 @@ def budget_for(land: Landscape, asked: int | None) -> int:
 
 def check_strategies(names: Sequence[str]) -> None:
     for n in names:
-        if n in ("ktune", *OPTUNA_STRATEGIES):
+        if n in (*OWN_STRATEGIES, *OPTUNA_STRATEGIES):
             continue
         if n.startswith("kt:") and n[3:] in KT_STRATEGIES:
             continue
@@ -268,6 +276,9 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
                 import multiprocessing as mp
                 from concurrent.futures import ProcessPoolExecutor
 
+                # One thread each: the GP sampler's torch would otherwise start a thread per core in
+                # every worker, and on a small machine the oversubscribed workers crawl.
+                os.environ.setdefault("OMP_NUM_THREADS", "1")
                 # fork: the workers inherit the loaded targets and landscapes instead of pickling them
                 with ProcessPoolExecutor(settings.jobs, mp_context=mp.get_context("fork")) as pool:
                     answers = _counted(pool.map(_task, tasks, chunksize=max(1, settings.seeds // 2)), len(tasks),
@@ -325,7 +336,9 @@ def _task(task: tuple[int, str, int, bool, int]) -> tuple[Trace, float] | str:
 def _runner(name: str, problem: Problem, budget: int, noise: bool, folder: Path) -> Callable[[int], Trace]:
     if name == "ktune":
         return lambda seed: run_ktune(problem, budget, seed, noise)
-    if name in OPTUNA_STRATEGIES:
+    if name == "ktune:tpe":
+        return lambda seed: run_ktune(problem, budget, seed, noise, sampler="tpe")
+    if name in (*OPTUNA_STRATEGIES, "bo"):
         return lambda seed: run_optuna(problem, name, budget, seed, noise)
     if noise:
         def noisy(seed: int) -> Trace:
@@ -495,7 +508,7 @@ def summary_lines(results: Sequence[LandscapeResult]) -> list[str]:
         o = lr.optimum_us
         ran = [r for r in lr.results if not r.skipped]
         mine = next((r for r in ran if r.strategy == "ktune"), None)
-        rivals = [r for r in ran if r.strategy != "ktune"]
+        rivals = [r for r in ran if r.strategy not in OWN_STRATEGIES]
         if mine is None or not rivals:
             continue
         best = min(rivals, key=lambda r: r.median_trials(o, 0.03))

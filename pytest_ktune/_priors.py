@@ -211,6 +211,10 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             two = one_per_thread(target, key, args, vec_names, w, vectors=2, probed=probed)
             if two is not None:
                 head.insert(0, (f"prior: {w * size}-byte vectors, two per thread", two))
+    if len(head) > 1 and _more_blocks_first(head, probed, capacity):
+        narrow = next(h for h in head if h[0].startswith(f"prior: {NARROW_BYTES}-byte"))
+        head.remove(narrow)
+        head.insert(0, narrow)
 
     def held_by(p: Mapping[str, Value]) -> tuple[int, int] | None:  # occupancy, probing each point once
         got = _cached_launch(target, args, p, probed)
@@ -228,6 +232,20 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             # Launch-bound: filling the SMs matters more than keeping the default's block size.
             tail.insert(0, (f"prior: {VECTOR_BYTES}-byte vectors, blocks that fill the SMs", best))
     return head + tail
+
+
+def _more_blocks_first(head: Sequence[tuple[str, dict[str, Value]]], probed: dict[str, Launch | None],
+                       capacity: int) -> bool:
+    """Whether the 8-byte prior goes first: when one 16-byte vector per thread is less than one wave of
+    the device and 8-byte vectors give more blocks of the same size (more warps resident to hide
+    the latency of a launch-bound shape, half the serial work per thread)."""
+    wide = next((probed.get(config_key(c)) for lab, c in head if lab == f"prior: {VECTOR_BYTES}-byte vectors, "
+                 "one per thread"), None)
+    narrow = next((probed.get(config_key(c)) for lab, c in head
+                   if lab.startswith(f"prior: {NARROW_BYTES}-byte")), None)
+    if wide is None or narrow is None or wide.total >= capacity:
+        return False
+    return narrow.threads == wide.threads and narrow.blocks > wide.blocks
 
 
 def _distance(a: Mapping[str, Value], b: Mapping[str, Value], target: Target) -> int:

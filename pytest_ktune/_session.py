@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _git
 from ._bench import BenchConfig, Measurement, measure, measure_ab
@@ -15,7 +17,16 @@ from ._gate import Confirmation, Threshold, confirm, screen
 from ._runtime import CACHE
 from ._space import Value
 from ._store import Baseline, Record, Store, Timing, new_baseline, target_id
-from ._target import Case, Target, source_hash
+from ._target import (
+    INCLUDE,
+    Case,
+    Target,
+    deps_hash,
+    include_candidates,
+    include_closure,
+    include_name,
+    source_hash,
+)
 from ._verify import case_seed
 
 if TYPE_CHECKING:
@@ -113,6 +124,30 @@ class Skip(Exception):
 
 class Regression(Exception):
     """A confirmed regression; the message carries the numbers."""
+
+
+def _pin_includes(source: Path, text: str, headers: Mapping[Path, str], folder: Path) -> str:
+    """``text``, the kernel source at ``source``, with each ``#include`` of one of ``headers`` (its
+    include closure, by path, with the texts to compile) pointed at a copy of that text written under
+    ``folder``, in the layout of its path relative to the kernel's folder; the copies' includes are
+    pointed the same way. The compile then reads these texts, whatever the files hold now."""
+    copies = {p: folder.joinpath(*("_up_" if part == ".." else part
+                                   for part in PurePosixPath(include_name(source, p)).parts))
+              for p in headers}
+
+    def pin(including: Path, body: str) -> str:
+        def to_copy(m: re.Match[str]) -> str:
+            for candidate in include_candidates(including, source, m.group(1)):
+                if candidate in copies:
+                    return m.group(0)[:m.start(1) - m.start()] + copies[candidate].as_posix() + '"'
+            return m.group(0)
+
+        return INCLUDE.sub(to_copy, body)
+
+    for p, body in headers.items():
+        copies[p].parent.mkdir(parents=True, exist_ok=True)
+        copies[p].write_text(pin(p, body))
+    return pin(source, text)
 
 
 def _fmt_us(s: float) -> str:
@@ -275,7 +310,10 @@ class Session:
         threshold = self.settings.threshold
         target, backend = job.target, job.backend
         current_hash = target.source_hash(backend.name)
-        same_source = current_hash == base.source_hash
+        current_deps = target.deps_hash(backend.name)
+        same_file = current_hash == base.source_hash
+        same_includes = base.deps_hash in (None, current_deps)  # None: the baseline makes no claim
+        same_source = same_file and same_includes
         numbers = (f"{_fmt_us(m.median)} against a baseline of "
                    f"{_fmt_us(base.timings[job.case_id].median_us * 1e-6)} "
                    f"(x{row.ratio:.3f}, threshold {threshold})")
@@ -283,25 +321,15 @@ class Session:
             return self._add(row.result(verdict="drift", note=(
                 f"{numbers}, but the source and parameters are those of the baseline: "
                 "the machine differs from the one that recorded it, or is noisy")))
-        old_source: str | None = None
-        if not same_source:
-            if base.commit:
-                old_source = _git.file_at(self.settings.root, base.commit, target.source_path(backend.name))
-            if old_source is None or source_hash(old_source) != base.source_hash:
-                self._add(row.result(verdict="REGRESSION", note="unconfirmed: old source not in git"))
-                raise Regression(
-                    f"{target.name}[{job.case_id}] on {backend.device.name}: {numbers}. The source changed "
-                    f"since the baseline, and git holds no copy of the baseline's source at commit "
-                    f"{base.commit or '(none recorded)'}, so the slowdown could not be confirmed A/B. "
-                    "Record baselines from committed sources, or run with --ktune-update-baseline "
-                    "if the slowdown is accepted.")
-        try:
-            sets_a, flush = self._launch_sets(job, params, "ab-current")
-            sets_b, _ = self._launch_sets(job, base.params, "ab-baseline", source=old_source)
-            a, b = measure_ab(backend, sets_a, sets_b, self.bench_config(backend), flush=flush)
-            del sets_a, sets_b
-        finally:
-            backend.release()
+        with tempfile.TemporaryDirectory(prefix="ktune-baseline-") as scratch:
+            old_source = None if same_source else self._baseline_source(job, base, Path(scratch), row, numbers)
+            try:
+                sets_a, flush = self._launch_sets(job, params, "ab-current")
+                sets_b, _ = self._launch_sets(job, base.params, "ab-baseline", source=old_source)
+                a, b = measure_ab(backend, sets_a, sets_b, self.bench_config(backend), flush=flush)
+                del sets_a, sets_b
+            finally:
+                backend.release()
         c: Confirmation = confirm(a, b, threshold)
         ab_text = (f"same-run A/B: current {_fmt_us(a.median)} vs the baseline's "
                    f"{'source and ' if not same_source else ''}parameters {_fmt_us(b.median)}: "
@@ -311,8 +339,13 @@ class Session:
                                                            "not a regression"))
         self._add(replace(row, ratio=c.ratio).result(verdict="REGRESSION", note=ab_text))
         changed = []
-        if not same_source:
+        if not same_file:
             changed.append(f"source {base.source_hash} -> {current_hash}")
+        if not same_includes:
+            path = target.source_path(backend.name)
+            names = ", ".join(include_name(path, p) for p in target.includes(backend.name))
+            changed.append(f"included files{f' ({names})' if names else ''} {base.deps_hash} -> "
+                           f"{current_deps or 'none'}")
         if dict(base.params) != dict(params):
             changed.append(f"parameters {dict(base.params)} -> {dict(params)}")
         raise Regression(
@@ -320,6 +353,48 @@ class Session:
             f"{ab_text}. Changed since the baseline (commit {(base.commit or 'none')[:12]}): "
             f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
             "--ktune-update-baseline.")
+
+    def _baseline_source(self, job: Job, base: Baseline, scratch: Path, row: Row, numbers: str) -> str:
+        """The baseline's source, to compile for the A/B: the source file, from git at the baseline's
+        commit where it changed, and where the files it includes changed too, the baseline's copies of
+        them, from git, written under ``scratch`` with the includes pointed at them. Where git cannot
+        give them, the slowdown cannot be confirmed: raises Regression."""
+        target, backend = job.target, job.backend
+        root, commit = self.settings.root, base.commit
+        path = target.source_path(backend.name)
+        text = target.source_text(backend.name)
+        if source_hash(text) != base.source_hash:
+            old = _git.file_at(root, commit, path) if commit else None
+            if old is None or source_hash(old) != base.source_hash:
+                self._unconfirmed(job, row, numbers, "old source not in git",
+                                  "The source changed since the baseline, and git holds no copy of the "
+                                  f"baseline's source at commit {commit or '(none recorded)'}")
+            text = old
+        if base.deps_hash in (None, target.deps_hash(backend.name)):
+            return text
+        not_in_git: list[Path] = []
+
+        def read_old(p: Path) -> str | None:
+            old = _git.file_at(root, commit, p) if commit else None
+            if old is None and p.is_file():
+                not_in_git.append(p)
+            return old
+
+        headers = include_closure(path, text, read_old)
+        if deps_hash(path, headers) != base.deps_hash:
+            names = ", ".join(include_name(path, p) for p in not_in_git)
+            what = f"header{'s' if len(not_in_git) > 1 else ''} {names}" if names else "headers"
+            self._unconfirmed(job, row, numbers, f"old {what} not in git",
+                              "The files the source includes changed since the baseline, and git holds "
+                              f"no copy of the baseline's {what} at commit {commit or '(none recorded)'}")
+        return _pin_includes(path, text, headers, scratch)
+
+    def _unconfirmed(self, job: Job, row: Row, numbers: str, note: str, why: str) -> NoReturn:
+        self._add(row.result(verdict="REGRESSION", note=f"unconfirmed: {note}"))
+        raise Regression(
+            f"{job.target.name}[{job.case_id}] on {job.backend.device.name}: {numbers}. {why}, so the "
+            "slowdown could not be confirmed A/B. Record baselines from committed sources, or run with "
+            "--ktune-update-baseline if the slowdown is accepted.")
 
     def _queue_baseline(self, job: Job, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
@@ -331,8 +406,11 @@ class Session:
                      params=dict(params))
         prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
         baseline = new_baseline(self.settings.root, target, backend.name, params, {job.case_id: timing})
+        # Timings kept from the previous baseline come under this one's claim about the included files,
+        # so that claim must be theirs too.
         if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
-                and prev.baseline.source_hash == baseline.source_hash:
+                and prev.baseline.source_hash == baseline.source_hash \
+                and prev.baseline.deps_hash == baseline.deps_hash:
             baseline = replace(baseline, timings={**prev.baseline.timings, job.case_id: timing})
         self.updates[rec.ident] = replace(rec, baseline=baseline, tuned=prev.tuned if prev else None)
 

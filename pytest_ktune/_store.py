@@ -40,7 +40,12 @@ class Timing:
 
 @dataclass(frozen=True)
 class Baseline:
-    """What the gate compares against: timings measured with ``params`` on this source."""
+    """What the gate compares against: timings measured with ``params`` on this source.
+
+    ``commit`` holds the source file as it was measured (None where git did not). ``deps_hash`` is the
+    ``Target.deps_hash`` of the files it included; None where it included none, or in a record
+    written before it was kept: such a baseline makes no claim about them.
+    """
 
     params: Mapping[str, Value]
     source_hash: str
@@ -49,10 +54,13 @@ class Baseline:
     date: str
     ktune_version: str
     timings: Mapping[str, Timing] = field(default_factory=dict)
+    deps_hash: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["params"] = dict(self.params)
+        if self.deps_hash is None:
+            del d["deps_hash"]
         return d
 
 
@@ -151,15 +159,20 @@ def _parse_baseline(raw: Any, where: str) -> Baseline:
     commit = raw.get("commit")
     if commit is not None and not isinstance(commit, str):
         raise ValueError(f"{where} has a commit that is not a string")
+    deps = raw.get("deps_hash")
+    if deps is not None and not isinstance(deps, str):
+        raise ValueError(f"{where} has a deps_hash that is not a string")
     timings_raw = raw.get("timings", {})
     if not isinstance(timings_raw, dict):
         raise ValueError(f"{where}: timings is not an object")
-    extra = set(raw) - {"params", "source_hash", "source_path", "commit", "date", "ktune_version", "timings"}
+    extra = set(raw) - {"params", "source_hash", "source_path", "commit", "date", "ktune_version", "timings",
+                        "deps_hash"}
     if extra:
         raise ValueError(f"{where} has unknown fields {sorted(extra)}")
     timings = {c: _parse_timing(t, f"{where} timing {c!r}") for c, t in timings_raw.items()}
     return Baseline(params=raw["params"], source_hash=raw["source_hash"], source_path=raw["source_path"],
-                    commit=commit, date=raw["date"], ktune_version=raw["ktune_version"], timings=timings)
+                    commit=commit, date=raw["date"], ktune_version=raw["ktune_version"], timings=timings,
+                    deps_hash=deps)
 
 
 def _parse_record(raw: Any, i: int) -> Record:
@@ -260,8 +273,9 @@ def now_utc() -> str:
 
 def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, Value],
                  timings: Mapping[str, Timing]) -> Baseline:
-    """A baseline for ``params`` on the target's current source, with the commit that holds that
-    source (None when the source has changes HEAD does not hold, or outside git)."""
+    """A baseline for ``params`` on the target's current source and the files it includes, with the
+    commit that holds that source (None when the source has changes HEAD does not hold, or outside
+    git)."""
     from . import __version__, _git
 
     path = target.source_path(backend)
@@ -273,7 +287,15 @@ def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, 
     except ValueError:
         rel = str(path)
     return Baseline(params=dict(params), source_hash=target.source_hash(backend), source_path=rel,
-                    commit=commit, date=now_utc(), ktune_version=__version__, timings=dict(timings))
+                    commit=commit, date=now_utc(), ktune_version=__version__, timings=dict(timings),
+                    deps_hash=target.deps_hash(backend))
+
+
+def source_changed(baseline: Baseline, target: Target, backend: str) -> bool:
+    """Whether ``baseline`` was measured on another version of the target's source: another source
+    file, or other included files where the baseline records them (its ``deps_hash``)."""
+    return (baseline.source_hash != target.source_hash(backend)
+            or baseline.deps_hash not in (None, target.deps_hash(backend)))
 
 
 class KtuneWarning(UserWarning):

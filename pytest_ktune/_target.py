@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -258,6 +259,16 @@ class Target:
     def source_hash(self, backend: str) -> str:
         return source_hash(self.source_text(backend))
 
+    def includes(self, backend: str) -> list[Path]:
+        """The local files the backend's source includes, directly or through each other."""
+        path = self.source_path(backend)
+        return list(include_closure(path, self.source_text(backend), read_local))
+
+    def deps_hash(self, backend: str) -> str | None:
+        """A hash of the local files the backend's source includes; None when it includes none."""
+        path = self.source_path(backend)
+        return deps_hash(path, include_closure(path, self.source_text(backend), read_local))
+
     # -- calls -----------------------------------------------------------
     def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
         """Bind call arguments (without the leading kernel) to the function's signature."""
@@ -335,6 +346,63 @@ def _call_with(fn: Callable[..., Any], bound: Mapping[str, Any], where: str, wha
 
 def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: A quoted ``#include "name"``; the angle-bracket form names system headers and is left out.
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.MULTILINE)
+
+
+def read_local(path: Path) -> str | None:
+    """The text of the file at ``path``, or None where there is no file."""
+    return path.read_text() if path.is_file() else None
+
+
+def include_candidates(including: Path, source: Path, name: str) -> list[Path]:
+    """Where the compile looks for ``#include "name"`` met in the file ``including``: that file's
+    folder, then the kernel source's (the ``-I`` folder the backends add)."""
+    folders = dict.fromkeys([including.parent, source.parent])
+    return [Path(os.path.normpath(folder / name)) for folder in folders]
+
+
+def include_closure(source: Path, text: str, read: Callable[[Path], str | None]) -> dict[Path, str]:
+    """The local files that ``text``, the kernel source at ``source``, includes, directly or through
+    each other, with their texts: each quoted ``#include`` that ``read`` finds at one of its
+    ``include_candidates`` (``read`` gives a file's text, or None where it has none), each file once,
+    in the order first met. Includes found nowhere are left to the compiler (NVRTC's and system
+    headers)."""
+    found: dict[Path, str] = {}
+
+    def visit(including: Path, body: str) -> None:
+        for name in INCLUDE.findall(body):
+            for candidate in include_candidates(including, source, name):
+                if candidate in found or candidate == source:
+                    break
+                included = read(candidate)
+                if included is not None:
+                    found[candidate] = included
+                    visit(candidate, included)
+                    break
+
+    visit(source, text)
+    return found
+
+
+def include_name(source: Path, path: Path) -> str:
+    """How ``path``, an include of the kernel source at ``source``, is named: relative to its folder."""
+    return Path(os.path.relpath(path, source.parent)).as_posix()
+
+
+def deps_hash(source: Path, files: Mapping[Path, str]) -> str | None:
+    """A hash of the kernel source's ``include_closure`` (each file's name from ``include_name`` and
+    its text, in order); None when there are no files."""
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for path, text in files.items():
+        for part in (include_name(source, path), text):
+            data = part.encode()
+            h.update(len(data).to_bytes(8, "little") + data)
+    return h.hexdigest()[:16]
 
 
 _REGISTRY: dict[str, Target] = {}

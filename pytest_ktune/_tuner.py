@@ -25,12 +25,12 @@ from typing import Any, TextIO
 from ._bench import mann_whitney_greater
 from ._errors import KtuneError, SpaceError
 from ._space import Value, config_key
-from ._store import Record, Store, Timing, Tuned, key_string, new_baseline, now_utc, target_id
+from ._store import Record, Store, Timing, Tuned, key_string, new_baseline, now_utc, source_changed, target_id
 from ._target import Case, Target
 from ._worker import ABOutcome, CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes", "gp")
-DEFAULT_SAMPLER = "tpe"  # with the warm starts and the device priors: the default strategy (bench-search)
+SAMPLERS = ("bo", "tpe", "random", "grid", "cmaes", "gp")
+DEFAULT_SAMPLER = "bo"  # with the warm starts and the device priors: the default strategy (bench-search)
 MEMORY = ":memory:"  # an in-memory study storage, for replays (nothing is saved)
 STUCK_AFTER = 2  # proposals in a row that bring nothing new before the loop picks an untried configuration
 MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so
@@ -137,9 +137,15 @@ class Encoding:
 # -- samplers and storage ---------------------------------------------------------
 
 
-def make_sampler(name: str, seed: int | None, encoding: Encoding) -> Any:
+def make_sampler(name: str, seed: int | None, encoding: Encoding,
+                 feasible: Sequence[Mapping[str, Value]] = ()) -> Any:
+    """The named sampler; ``bo`` proposes among ``feasible``, the key's configurations."""
     import optuna
 
+    if name == "bo":
+        from ._bo import BoSampler
+
+        return BoSampler(encoding, feasible, seed)
     if name == "tpe":
         # Four random points (the warm starts among them) before the model takes over: kernel spaces
         # are small, and on landscapes recorded on an H200 this reached 3 % of the optimum in fewer
@@ -573,11 +579,13 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
              case_indices: Sequence[int]) -> TuneOutcome:
     """Tune one target for one key; write the winner to the params file when it wins A/B.
 
-    Timed first, in this order: the default and the parameters in use; the first device prior
-    (``_priors``: the strongest guess computed for this key's own launch, one or two 16-byte vectors
-    per thread); the best recorded for other keys and devices whose keys have this key's element
-    types (the dimensions that name a dtype); the other device priors; the best recorded for keys
-    of other element types, whose vector widths transfer less well. The sampler proposes the rest."""
+    Timed first, in this order: the parameters in use and the default when this key was tuned
+    before (what tuning found is the best guess), then the first device prior; for a key not tuned
+    yet, the first device prior (``_priors``: the strongest guess computed for this key's own
+    launch) before the default. Then the best recorded for other keys and devices whose keys have
+    this key's element types (the dimensions that name a dtype); the other device priors; the best
+    recorded for keys of other element types, whose vector widths transfer less well. The sampler
+    (by default ``bo``, ``_bo``: a model of all the timings so far) proposes the rest."""
     import optuna
     from optuna.trial import TrialState
 
@@ -593,7 +601,8 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         raise SpaceError("the space has no valid point for this key", where=target.where,
                          hint="widen the Space or relax a constraint")
     enc = Encoding(target)
-    sampler = ctx.sampler_factory(enc) if ctx.sampler_factory else make_sampler(settings.sampler, settings.seed, enc)
+    sampler = ctx.sampler_factory(enc) if ctx.sampler_factory else \
+        make_sampler(settings.sampler, settings.seed, enc, feasible)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tid = target_id(target, ctx.root)
     spec = WorkerSpec(target=TargetRef.of(target), backend=ctx.backend, cases=tuple(case_indices),
@@ -629,17 +638,18 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             rec = store.find(tid, device.id, key) if store else None
             current = dict(rec.params) if rec else dict(target.default)
             warm = _warm_starts(target, store, tid=tid, device=device.id, key=key, current=current)
-            # In the order of the docstring: the default and the parameters in use, the first prior,
-            # what keys of the same element types found, the other priors, what other keys found.
             priors = []
             if settings.priors and settings.sampler != "grid":
                 from ._priors import device_priors
 
                 priors = device_priors(target, key, case_indices, device)
-            mine = [(label, cfg) for label, cfg, _ in warm if label in ("default", "current")]
+            # In the order of the docstring.
+            mine = sorted(((label, cfg) for label, cfg, _ in warm if label in ("default", "current")),
+                          key=lambda lc: lc[0] != "current")
             near = [(label, cfg) for label, cfg, n in warm if n and label not in ("default", "current")]
             far = [(label, cfg) for label, cfg, n in warm if not n]
-            for group in (mine, priors[:1], near, priors[1:], far):
+            groups = (mine, priors[:1]) if rec is not None else (priors[:1], mine)
+            for group in (*groups, near, priors[1:], far):
                 _enqueue(study, enc, group)
             if settings.sampler == "grid":
                 _enqueue(study, enc, [("grid", p) for p in feasible])
@@ -772,7 +782,7 @@ class _Write:
 def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bool:
     """Whether the record's baseline was measured on another version of the target's source."""
     return (record is not None and record.baseline is not None
-            and record.baseline.source_hash != target.source_hash(backend))
+            and source_changed(record.baseline, target, backend))
 
 
 def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tuple[CaseChange, ...]]:
@@ -847,7 +857,8 @@ def join_studies(root: Path, settings: TuneSettings, names: Sequence[str] | None
                               cache_dir=str(root / ".ktune" / "cache" / backend))
             enc = Encoding(target)
             study = optuna.load_study(study_name=summary.study_name, storage=storage,
-                                      sampler=make_sampler(settings.sampler, settings.seed, enc))
+                                      sampler=make_sampler(settings.sampler, settings.seed, enc,
+                                                           list(target.space.feasible(attrs["key"]))))
             budget = replace(settings, trials=int(attrs["trials"]))
             with WorkerPool(spec, trial_timeout_s=settings.trial_timeout_s) as pool:
                 pool.ensure()

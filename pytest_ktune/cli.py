@@ -24,7 +24,9 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
                    help="auto: cuda when a GPU is visible, else opencl")
     p.add_argument("--trials", type=int, default=40, help="timed trials per key (default 40)")
     p.add_argument("--timeout", type=float, default=None, help="wall-time budget per key, in seconds")
-    p.add_argument("--sampler", default="tpe", choices=("tpe", "random", "grid", "cmaes", "gp"))
+    p.add_argument("--sampler", default="bo", choices=("bo", "tpe", "random", "grid", "cmaes", "gp"),
+                   help="the search after the warm starts (default: bo, a Gaussian process over the "
+                        "feasible configurations; grid times every one)")
     p.add_argument("--storage", default=None,
                    help="an Optuna storage URL (e.g. postgresql://...) shared by several workers; "
                         "default: a journal file under .ktune/")
@@ -90,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--budget", type=int, default=None, help="trials per search (default: min(100, the space))")
     search.add_argument("--seeds", type=int, default=11, help="seeds per strategy (default 11)")
     search.add_argument("--strategies", default=None,
-                        help="comma-separated (default: all): ktune, random, tpe, gp, cmaes, kt:<Kernel Tuner name>")
+                        help="comma-separated (default: all): ktune, ktune:tpe, bo, random, tpe, gp, cmaes, "
+                             "kt:<Kernel Tuner name>")
     search.add_argument("--noise", action="store_true", help="re-sample measurement noise from the recorded spread")
     search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,

@@ -45,8 +45,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ktune-trials", type=int, default=40, help="timed trials per key (default: 40)")
     group.addoption("--ktune-tune-timeout", type=float, default=None, metavar="SECONDS",
                     help="wall-time budget per key (default: none)")
-    group.addoption("--ktune-sampler", default="tpe", choices=("tpe", "random", "grid", "cmaes", "gp"),
-                    help="the search strategy (default: tpe; grid times every feasible point)")
+    group.addoption("--ktune-sampler", default="bo", choices=("bo", "tpe", "random", "grid", "cmaes", "gp"),
+                    help="the search after the warm starts (default: bo, a Gaussian process over the feasible "
+                         "configurations; grid times every feasible point)")
     group.addoption("--ktune-storage", default=None, metavar="URL",
                     help="an Optuna storage URL (postgresql://...) so several workers share the studies; "
                          "default: a journal file under .ktune/")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
-from .._target import as_dtype, is_bfloat16
+from .._target import as_dtype, deps_hash, include_closure, is_bfloat16, read_local
 from ._compile_log import annotate
 from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
 
@@ -204,7 +204,13 @@ class CudaBackend:
             # CuPy keys its on-disk cubin cache by source, options, arch and NVRTC version.
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             os.environ["CUPY_CACHE_DIR"] = str(self.cache_dir)
-        module = cp.RawModule(code=source, options=tuple(options))
+        code = source
+        included = deps_hash(Path(filename), include_closure(Path(filename), source, read_local))
+        if included is not None:
+            # CuPy keys its on-disk cache by the source text and options, not by the files it includes:
+            # a comment naming them, after the last line, keeps an edited header from reusing a stale cubin.
+            code += f"\n// pytest-ktune: included files {included}\n"
+        module = cp.RawModule(code=code, options=tuple(options))
         try:
             module.compile()
         except Exception as exc:

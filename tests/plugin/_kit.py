@@ -161,6 +161,17 @@ class Project:
         out = subprocess.run(["git", *args], cwd=self.path, capture_output=True, text=True, check=True)
         return out.stdout
 
+    def commit_all(self, message: str) -> str:
+        """A git repository of everything here (made on the first call), committed; the commit's hash."""
+        if not (self.path / ".git").exists():
+            self.git("init", "-q")
+            self.git("config", "user.name", "ktune tests")
+            self.git("config", "user.email", "ktune-tests@example.invalid")
+            self.git("config", "commit.gpgsign", "false")
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD").strip()
+
 
 def failure_section(result: pytest.RunResult, title: str) -> str:
     """The text of one failure in the FAILURES section, from its ``____ title ____`` line on."""

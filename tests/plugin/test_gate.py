@@ -27,13 +27,7 @@ def gated(project: Project) -> Project:
     """A committed project whose baseline was recorded from the committed sources and committed too."""
     project.write(GATED)
     (project.path / ".gitignore").write_text(GITIGNORE)
-    project.git("init", "-q")
-    project.git("config", "user.name", "ktune tests")
-    project.git("config", "user.email", "ktune-tests@example.invalid")
-    project.git("config", "commit.gpgsign", "false")
-    project.git("add", "-A")
-    project.git("commit", "-q", "-m", "kernels")
-    head = project.git("rev-parse", "HEAD").strip()
+    head = project.commit_all("kernels")
 
     recorded = project.run("--ktune-update-baseline")
     recorded.assert_outcomes(passed=4)

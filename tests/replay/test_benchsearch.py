@@ -20,6 +20,7 @@ from pytest_ktune._benchsearch import (
     budget_for,
     kt_cache,
     problems_for,
+    summary_lines,
     trials_to,
 )
 from pytest_ktune._errors import KtuneError
@@ -89,10 +90,10 @@ def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.
                    "--strategies", "ktune,random", "--out", str(out), "--jobs", "2"])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "| ktune | 2 | 2 | 100% | 100% |" in text
+    assert "| ktune | 1 | 1 | 100% | 100% |" in text
     data = json.loads((out / "bench-search.json").read_text())
     rows = {s["strategy"]: s for s in data["landscapes"][0]["strategies"]}
-    assert rows["ktune"]["median_trials_to_3pct"] == 2 and len(rows["random"]["median_best_so_far_us"]) == 10
+    assert rows["ktune"]["median_trials_to_3pct"] == 1 and len(rows["random"]["median_best_so_far_us"]) == 10
     svg = ET.parse(out / "bench-search.svg").getroot()
     assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
 
@@ -149,3 +150,15 @@ def test_the_default_strategy_reaches_3_percent_within_its_priors(name: str) -> 
         trace = run_ktune(problem, 8, seed, False)
         reached = trials_to(trace, land.optimum.value_us * 1.03)
         assert reached is not None and reached <= WITHIN[name], (name, seed, reached)
+
+
+def test_the_default_strategys_own_parts_are_not_its_rivals() -> None:
+    # ktune:tpe and bo are ablations of the default; the summary sets it against the others only.
+    results = bench(problems_for(ROOT, [RMSNORM]),
+                    BenchSettings(budget=10, seeds=2, strategies=("ktune", "ktune:tpe", "bo", "random")),
+                    progress=False)
+    by = {r.strategy: r for r in results[0].results}
+    assert all(not r.skipped and len(r.traces) == 2 for r in by.values())
+    assert by["ktune:tpe"].traces[0][:1] == by["ktune"].traces[0][:1]  # the same warm starts first
+    (line,) = summary_lines(results)
+    assert "best other random" in line

@@ -164,10 +164,28 @@ def test_a_shape_that_fills_the_device_keeps_the_default_block() -> None:
 
 def test_float32_gets_four_wide_vectors_then_eight_then_two() -> None:
     t = target("silu_and_mul")
-    key = {"T": 16, "I": 14336, "dtype": "float32"}
+    key = {"T": 256, "I": 14336, "dtype": "float32"}  # 917,504 threads with 16-byte vectors: over a wave
     priors = device_priors(t, key, _cases(t, key), _device_of(landscape(SILU)))
-    assert [p["VEC"] for _, p in priors[:3]] == [4, 8, 2]
-    assert [label for label, _ in priors[:3]] == [f"prior: {b}-byte vectors, one per thread" for b in (16, 32, 8)]
+    vec = [p["VEC"] for label, p in priors if "one per thread" in label]
+    assert vec == [4, 8, 2]
+    assert [label for label, _ in priors if "one per thread" in label] == \
+        [f"prior: {b}-byte vectors, one per thread" for b in (16, 32, 8)]
+
+
+def test_under_a_wave_more_blocks_of_the_same_size_go_first() -> None:
+    # SiLU at T16: one 16-byte vector per thread is 112 blocks of 256 threads on 132 SMs; 8-byte vectors
+    # give 224 blocks of 256, twice the warps to hide latency with, so they are timed first.
+    t = target("silu_and_mul")
+    dev = _device_of(landscape(SILU))
+    for dtype, first in (("float16", 4), ("float32", 2)):
+        key = {"T": 16, "I": 14336, "dtype": dtype}
+        priors = device_priors(t, key, _cases(t, key), dev)
+        assert priors[0] == ("prior: 8-byte vectors, one per thread", {"BLOCK": 256, "VEC": first, "ITEMS": 1})
+    # One row per block (RMSNorm at T64): 8-byte vectors mean bigger blocks, not more: 16 bytes stay first.
+    rt = target("rmsnorm")
+    land = landscape(RMSNORM)
+    assert device_priors(rt, dict(land.key), _cases(rt, dict(land.key)), _device_of(land))[0][0] == \
+        "prior: 16-byte vectors, one per thread"
 
 
 def test_the_probe_counts_occupancy_without_running_anything() -> None:

@@ -45,13 +45,15 @@ def test_a_configuration_outside_the_landscape_is_a_clear_error() -> None:
         list(_pool().evaluate([{"BLOCK": 32, "VEC": 1, "ITEMS": 1}], 0))
 
 
-def test_a_replayed_tune_goes_through_tune_key_never_retimes_and_keeps_the_budget() -> None:
+@pytest.mark.parametrize("sampler", ["bo", "tpe"])
+def test_a_replayed_tune_goes_through_tune_key_never_retimes_and_keeps_the_budget(sampler: str) -> None:
     t = target("silu_and_mul")
-    r = replay_tune(ROOT, t, landscape(SILU), sampler="tpe", trials=25, seed=3)
+    r = replay_tune(ROOT, t, landscape(SILU), sampler=sampler, trials=25, seed=3)
     keys = [config_key(c) for c, _ in r.trace]
     assert len(keys) == len(set(keys)) == 25
-    assert r.trace[0][0] == dict(t.default)  # the warm start comes first
-    assert r.trace[1][0] == {"BLOCK": 256, "VEC": 8, "ITEMS": 1}  # then the 16-byte-vector prior
+    # A key not tuned yet: the 16-byte-vector prior comes first, then the default.
+    assert r.trace[0][0] == {"BLOCK": 256, "VEC": 8, "ITEMS": 1}
+    assert r.trace[1][0] == dict(t.default)
     assert all(t.space.valid(c, landscape(SILU).key) for c, _ in r.trace)
     assert min(v for _, v in r.trace) <= landscape(SILU).optimum.value_us * 1.03
     assert "A/B" in r.decision
@@ -94,9 +96,19 @@ def test_the_best_recorded_for_another_key_is_timed_after_the_first_prior() -> N
     seen = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
     r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=4, seed=0,
                     records=[record_of(other, seen)])
-    # the default, one 16-byte vector per thread, the other key's best, one 8-byte vector per thread
-    assert [c for c, _ in r.trace[:4]] == [dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1},
+    # one 16-byte vector per thread, the default, the other key's best, one 8-byte vector per thread
+    assert [c for c, _ in r.trace[:4]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
                                            seen, {"BLOCK": 256, "VEC": 4, "ITEMS": 1}]
+
+
+def test_a_key_tuned_before_times_its_parameters_first() -> None:
+    # What tuning found for this very key is the best guess there is: it goes before every prior.
+    from pytest_ktune._replay import record_of
+
+    land = landscape(SILU)
+    mine = {"BLOCK": 128, "VEC": 4, "ITEMS": 2}
+    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="bo", trials=3, seed=0, records=[record_of(land, mine)])
+    assert [c for c, _ in r.trace] == [mine, dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1}]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -122,5 +134,5 @@ def test_a_record_of_other_element_types_is_timed_after_the_priors() -> None:
     other = replace(land, key={"T": 256, "I": 14336, "dtype": "float32"})
     r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
                     records=[record_of(other, seen)])
-    assert [c for c, _ in r.trace[:4]] == [dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1},
+    assert [c for c, _ in r.trace[:4]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
                                            {"BLOCK": 256, "VEC": 4, "ITEMS": 1}, seen]

@@ -29,7 +29,7 @@ def test_tune_prints_the_summary_and_writes(project: Project, cli: Cli) -> None:
     (record,) = project.records()
     assert record["target"] == "kernels.py::scale" and record["key"] == {"N": 4096}
     assert record["params"] == best == record["baseline"]["params"]
-    assert record["tuned"]["trials"] == 4 and record["tuned"]["sampler"] == "tpe"
+    assert record["tuned"]["trials"] == 4 and record["tuned"]["sampler"] == "bo"
     assert float(line["us"]) > 0
 
 

@@ -46,7 +46,7 @@ def test_tune_writes_the_winner_then_the_gate_passes_and_autotune_skips(project:
                                  "scale *N4096 *5 * written"])
 
     (record,) = project.records()
-    check_written(record, "tpe", 5)
+    check_written(record, "bo", 5)
     # The baseline was measured with the new parameters: far below what the study timed for the default.
     _, trials = only_study(open_journal(project.path))
     by_config = {config_text(decode(t, SPACE)): t for t in timed(trials)}

@@ -197,7 +197,7 @@ def test_redact_hides_the_password_only(url: str, shown: str) -> None:
     ({"trials": -1}, "a budget of -1 trials tunes nothing", "give --ktune-trials (or --trials) 1 or more"),
     ({"timeout_s": 0.0}, "a time budget of 0 s tunes nothing", "give a positive number of seconds, or none"),
     ({"timeout_s": -2.5}, "a time budget of -2.5 s tunes nothing", "give a positive number of seconds, or none"),
-    ({"sampler": "anneal"}, "unknown sampler 'anneal'", "use one of tpe, random, grid, cmaes, gp"),
+    ({"sampler": "anneal"}, "unknown sampler 'anneal'", "use one of bo, tpe, random, grid, cmaes, gp"),
     ({"trial_timeout_s": 0.0}, "the per-trial timeout must be positive", "e.g. 60 (seconds)"),
 ])
 def test_settings_check_names_the_mistake(changes: dict[str, Any], message: str, hint: str) -> None:

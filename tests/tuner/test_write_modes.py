@@ -17,13 +17,7 @@ TUNE = ("--ktune-tune", "--ktune-trials=4", "--ktune-seed=3", "-m", "ktune_tune"
 
 def _commit_all(project: Project) -> str:
     (project.path / ".gitignore").write_text(".ktune/\n.cache/\n__pycache__/\nrunpytest-*\nstdout\nstderr\n")
-    project.git("init", "-q")
-    project.git("config", "user.name", "ktune tests")
-    project.git("config", "user.email", "ktune-tests@example.invalid")
-    project.git("config", "commit.gpgsign", "false")
-    project.git("add", "-A")
-    project.git("commit", "-q", "-m", "kernels")
-    return project.git("rev-parse", "HEAD").strip()
+    return project.commit_all("kernels")
 
 
 def test_the_default_writes_nothing_and_says_how_to_keep_the_winner(project: Project) -> None:
@@ -54,7 +48,7 @@ def test_commit_mode_makes_a_branch_and_leaves_the_checkout_alone(project: Proje
     assert project.git("diff", "--name-only", head, branch).split() == ["ktune-params.json"]
     committed = json.loads(project.git("show", f"{branch}:ktune-params.json"))
     (record,) = committed["records"]
-    assert record["params"]["REPEAT"] < 64 and record["tuned"]["sampler"] == "tpe"
+    assert record["params"]["REPEAT"] < 64 and record["tuned"]["sampler"] == "bo"
     message = project.git("log", "-1", "--format=%B", branch)
     assert "| case | before µs | after µs | ratio |" in message
 

@@ -1,0 +1,183 @@
+"""The ``bo`` sampler (_bo): the Gaussian process, the proposal rule, and the sampler inside an
+Optuna study the way the tuner drives it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pytest_ktune import Case, Space, Tensor
+from pytest_ktune import target as make_target
+from pytest_ktune._bo import GaussianProcess, Inputs, expected_improvement, propose
+from pytest_ktune._space import Value, config_key
+from pytest_ktune._tuner import Encoding, make_sampler
+
+PARAMS: dict[str, list[Value]] = {"BLOCK": [32, 64, 128, 256, 512, 1024], "VEC": [1, 2, 4, 8], "ITEMS": [1, 2, 4]}
+GRID = [dict(zip(PARAMS, v, strict=True)) for v in itertools.product(*PARAMS.values())]
+
+
+def bowl(c: Mapping[str, Value]) -> float:
+    """A smooth landscape in log2 steps, its optimum at BLOCK=256, VEC=4, ITEMS=2 (as the index of a
+    value, not the value, is what the model sees)."""
+    return 1e-6 * math.exp(0.08 * (math.log2(int(c["BLOCK"])) - 8) ** 2 + 0.2 * (math.log2(int(c["VEC"])) - 2) ** 2
+                           + 0.3 * (math.log2(int(c["ITEMS"])) - 1) ** 2)
+
+
+def search(objective: Callable[[Mapping[str, Value]], float], feasible: list[dict[str, Value]], budget: int,
+           seed: int, start: list[dict[str, Value]]) -> list[dict[str, Value]]:
+    """Propose ``budget`` configurations after timing ``start``; the order they were timed in."""
+    rng = random.Random(seed)
+    timed = [(c, objective(c)) for c in start]
+    while len(timed) < budget:
+        pick = propose(feasible, timed, failed=[], busy=[], params=PARAMS, rng=rng)
+        assert pick is not None
+        timed.append((dict(pick), objective(pick)))
+    return [c for c, _ in timed]
+
+
+def test_the_model_interpolates_what_it_saw_and_is_unsure_far_from_it() -> None:
+    inputs = Inputs(PARAMS)
+    seen = GRID[::7]
+    y = np.log([bowl(c) for c in seen])
+    gp = GaussianProcess(inputs(seen), y, inputs.columns)
+    mu, sd = gp.predict(inputs(seen))
+    assert np.allclose(mu * gp.std + gp.mean, y, atol=0.05 * (y.max() - y.min()))
+    _, sd_far = gp.predict(inputs([c for c in GRID if c not in seen]))
+    assert sd.max() < sd_far.max()
+
+
+def test_expected_improvement_prefers_a_low_mean_then_a_wide_spread() -> None:
+    ei = expected_improvement(np.array([0.0, -1.0, 0.0]), np.array([0.1, 0.1, 1.0]), best=-0.5)
+    assert ei[1] > ei[2] > ei[0] >= 0.0
+
+
+def test_it_finds_the_optimum_of_a_smooth_space_in_a_fraction_of_it() -> None:
+    feasible = GRID
+    best = min(feasible, key=bowl)
+    needed = []
+    for seed in range(5):
+        order = search(bowl, feasible, 30, seed, start=[feasible[0], feasible[-1]])
+        needed.append(next(i + 1 for i, c in enumerate(order) if c == best))
+    # 72 configurations; random search needs 36 on average to hit one point.
+    assert sorted(needed)[2] <= 20, needed
+
+
+def test_it_never_proposes_a_configuration_twice_nor_one_outside_the_list() -> None:
+    feasible = [c for c in GRID if int(c["BLOCK"]) * int(c["ITEMS"]) <= 1024]
+    rng = random.Random(3)
+    timed = [(feasible[0], bowl(feasible[0])), (feasible[5], bowl(feasible[5]))]
+    failed = [feasible[9]]
+    busy = [feasible[11]]
+    keys = {config_key(c) for c in feasible}
+    seen = {config_key(c) for c, _ in timed} | {config_key(failed[0]), config_key(busy[0])}
+    while True:
+        pick = propose(feasible, timed, failed=failed, busy=busy, params=PARAMS, rng=rng)
+        if pick is None:
+            break
+        k = config_key(pick)
+        assert k in keys and k not in seen
+        seen.add(k)
+        timed.append((dict(pick), bowl(pick)))
+    assert seen == keys  # it ran out only when everything was tried
+
+
+def test_with_fewer_than_two_timings_it_draws_at_random_from_the_untried() -> None:
+    picks = set()
+    for s in range(20):
+        pick = propose(GRID, [(GRID[0], 1.0)], failed=[], busy=[], params=PARAMS, rng=random.Random(s))
+        assert pick is not None
+        picks.add(config_key(pick))
+    assert len(picks) > 5 and config_key(GRID[0]) not in picks
+
+
+def test_a_failed_configuration_steers_the_search_away() -> None:
+    # Failures at a third of the points where ITEMS is 4: the model takes that corner as slow, and its
+    # next proposals stay out of it (without the failures, 1 or 2 of these 8 land there).
+    def picks(failed: list[dict[str, Value]], start: tuple[int, int]) -> int:
+        rng = random.Random(0)
+        timed = [(GRID[i], bowl(GRID[i])) for i in start]
+        n = 0
+        for _ in range(8):
+            pick = propose(GRID, timed, failed=failed, busy=[], params=PARAMS, rng=rng)
+            assert pick is not None
+            n += pick["ITEMS"] == 4
+            timed.append((dict(pick), bowl(pick)))
+        return n
+
+    starts = [(0, 40), (3, 50), (10, 60)]
+    assert sum(picks([], s) for s in starts) >= 3
+    assert sum(picks([c for c in GRID if c["ITEMS"] == 4][::3], s) for s in starts) == 0
+
+
+def test_categorical_parameters_are_one_hot() -> None:
+    params: dict[str, list[Value]] = {"BLOCK": [64, 128], "LAYOUT": ["row", "col", "tile"]}
+    inputs = Inputs(params)
+    x = inputs([{"BLOCK": 64, "LAYOUT": "row"}, {"BLOCK": 128, "LAYOUT": "tile"}])
+    assert x.shape == (2, 4) and inputs.columns == [0, 1, 1, 1]
+    assert math.isclose(float(np.linalg.norm(x[0, 1:] - x[1, 1:])), 1.0)
+    feasible = [dict(zip(params, v, strict=True)) for v in itertools.product(*params.values())]
+
+    def f(c: Mapping[str, Value]) -> float:
+        return 1.0 + (c["LAYOUT"] == "col") * -0.5 + (c["BLOCK"] == 128) * 0.1
+
+    timed = [(feasible[0], f(feasible[0])), (feasible[4], f(feasible[4]))]
+    rng = random.Random(1)
+    while (pick := propose(feasible, timed, failed=[], busy=[], params=params, rng=rng)) is not None:
+        timed.append((dict(pick), f(pick)))
+    assert len(timed) == len(feasible)
+
+
+def test_many_parameters_fit_one_scale_at_a_time() -> None:
+    params: dict[str, list[Value]] = {f"P{i}": [1, 2, 4, 8] for i in range(5)}
+    inputs = Inputs(params)
+    rng = np.random.default_rng(0)
+    configs = [{n: int(rng.choice([1, 2, 4, 8])) for n in params} for _ in range(12)]
+    # Only P0 matters: its length scale comes out shorter than the others'.
+    y = np.asarray([math.log2(int(c["P0"])) for c in configs])
+    gp = GaussianProcess(inputs(configs), y, inputs.columns)
+    assert gp.scales[0] < gp.scales[1:].min()
+
+
+def _identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def _launch(kernel: Any, x: Any) -> Any:
+    return x
+
+
+TOY = make_target(
+    name="toy", sources={"opencl": "toy.cl"},
+    space=Space(BLOCK=[32, 64, 128, 256], VEC=[1, 2, 4], constraints=["BLOCK * VEC <= 512"]),
+    default={"BLOCK": 32, "VEC": 1}, key=lambda x: {"N": x.shape[0]},
+    cases=[Case(x=Tensor((64,), "float32"))], reference=_identity)(_launch)
+
+
+def test_inside_an_optuna_study_warm_starts_keep_their_parameters_and_the_rest_are_new() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    enc = Encoding(TOY)
+    key = {"N": 64}
+    feasible = list(TOY.space.feasible(key))
+    study = optuna.create_study(sampler=make_sampler("bo", 0, enc, feasible))
+    warm: list[dict[str, Value]] = [{"BLOCK": 256, "VEC": 2}, {"BLOCK": 32, "VEC": 1}]
+    for w in warm:
+        study.enqueue_trial(enc.encode(w))
+    seen = []
+    for _ in range(len(feasible)):
+        trial = study.ask(enc.distributions)
+        cfg = enc.decode(trial.params)
+        seen.append(config_key(cfg))
+        study.tell(trial, float(cfg["BLOCK"]) / float(cfg["VEC"]))
+    assert seen[:2] == [config_key(c) for c in warm]
+    assert sorted(seen) == sorted(config_key(c) for c in feasible)  # each feasible one once
+
+
+def test_the_tuner_knows_the_sampler_by_name() -> None:
+    assert type(make_sampler("bo", 0, Encoding(TOY), list(TOY.space.feasible({"N": 64})))).__name__ == "BoSampler"
