@@ -9,12 +9,12 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
 * a Matérn 5/2 kernel with one length scale per parameter, chosen by the marginal likelihood over a
   small grid (the whole grid for up to three parameters, coordinate-wise above that);
 * expected improvement over the best timing so far, for every configuration not yet tried (timed,
-  failed, or being timed by another process), so no configuration is proposed twice.
+  failed, queued, or being timed by another process), so no configuration is proposed twice.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
 steers the search away from where compiles or launches fail. With fewer than two timings, a random
-untried configuration is proposed (the tuner's warm starts normally come first). Only numpy is
-needed; Optuna's own ``gp`` sampler needs torch and scipy.
+untried configuration is proposed (the tuner's warm starts normally come first). Beyond Optuna, only
+numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
             params: Mapping[str, Sequence[Value]], rng: random.Random) -> Mapping[str, Value] | None:
     """The untried feasible configuration of highest expected improvement; None when all were tried.
 
-    ``timed``: (configuration, seconds) of each timed one; ``failed``: those that failed on the
-    device; ``busy``: those being timed now."""
+    ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
+    failed on the device; ``busy``: those being timed now or queued."""
     tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
     untried = [c for c in feasible if config_key(c) not in tried]
     if not untried:
@@ -206,7 +206,7 @@ class BoSampler(optuna.samplers.BaseSampler):
             cfg = self.encoding.decode(t.params)
             if t.state == TrialState.COMPLETE and t.value is not None:
                 timed.append((cfg, float(t.value)))
-            elif t.state == TrialState.RUNNING:
+            elif t.state in (TrialState.RUNNING, TrialState.WAITING):  # being timed, or queued
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)

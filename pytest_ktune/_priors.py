@@ -16,15 +16,18 @@ configuration's grid and block, and the size of the largest array the function r
    16-byte vector leaves too few of them, or leaves threads of a group idle). When one 16-byte
    vector per thread means more threads than two full waves of the device, the configuration with
    two vectors per thread (half the threads, still filling every SM, each thread's fixed cost paid
-   once for twice the work) is timed first.
+   once for twice the work) is timed first. When it is less than one wave and 8-byte vectors give
+   more blocks of the same size, the 8-byte one is timed first (twice the warps resident to hide a
+   launch-bound shape's latency, half the serial work per thread).
 2. **Blocks that fill the SMs.** When the default with 16-byte vectors leaves SMs without a block
    or the device short of threads (a launch-bound shape), the configuration with the same vector
    width that gives the most SMs a block, then keeps the most threads resident.
 3. **16-byte vector loads** with the default's other parameters.
 
-The tuner (``tune_key``) times the first of these right after the default and the parameters in
-use, then the results recorded for keys of the same element types, then the rest of these, then the
-results recorded for keys of other element types; the sampler takes over from there.
+The tuner (``tune_key``) times the first of these first for a key not tuned yet (after the
+parameters in use and the default for a key tuned before), then the results recorded for keys of the
+same element types, then the rest of these, then the results recorded for keys of other element
+types; the sampler takes over from there.
 """
 
 from __future__ import annotations
