@@ -94,7 +94,7 @@ def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: st
     and budget, without warm starts of its own), and tune_key adds the default and the device priors.
     ``sampler``: another sampler after the warm starts (``ktune:tpe``), for all those replays."""
     from ._replay import record_of, replay_tune
-    from ._tuner import DEFAULT_SAMPLER
+    from ._samplers import DEFAULT_SAMPLER
 
     sampler = sampler or DEFAULT_SAMPLER
     records = []

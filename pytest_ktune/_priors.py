@@ -202,11 +202,13 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
     probed: dict[str, Launch | None] = {}
     head: list[tuple[str, dict[str, Value]]] = []
     capacity = device.compute_units * THREADS_PER_SM
+    one: dict[int, tuple[str, dict[str, Value]]] = {}  # the one-per-thread prior of each vector size in bytes
     for w in _widths(target, vec_names, size):
         cfg = one_per_thread(target, key, args, vec_names, w, probed=probed)
         if cfg is None:
             continue
         head.append((f"prior: {w * size}-byte vectors, one per thread", cfg))
+        one[w * size] = head[-1]
         got = probed.get(config_key(cfg))
         if w * size == VECTOR_BYTES and got is not None and got.total >= 2 * capacity:
             # More threads than two full waves: half as many, with two vectors each, still fill the
@@ -214,10 +216,13 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             two = one_per_thread(target, key, args, vec_names, w, vectors=2, probed=probed)
             if two is not None:
                 head.insert(0, (f"prior: {w * size}-byte vectors, two per thread", two))
-    if len(head) > 1 and _more_blocks_first(head, probed, capacity):
-        narrow = next(h for h in head if h[0].startswith(f"prior: {NARROW_BYTES}-byte"))
-        head.remove(narrow)
-        head.insert(0, narrow)
+    wide, narrow = (probed.get(config_key(one[b][1])) if b in one else None for b in (VECTOR_BYTES, NARROW_BYTES))
+    if wide is not None and narrow is not None and wide.total < capacity \
+            and narrow.threads == wide.threads and narrow.blocks > wide.blocks:
+        # Less than one wave, and 8-byte vectors give more blocks of the same size: more warps resident
+        # to hide a launch-bound shape's latency, half the serial work per thread.
+        head.remove(one[NARROW_BYTES])
+        head.insert(0, one[NARROW_BYTES])
 
     def held_by(p: Mapping[str, Value]) -> tuple[int, int] | None:  # occupancy, probing each point once
         got = _cached_launch(target, args, p, probed)
@@ -235,20 +240,6 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             # Launch-bound: filling the SMs matters more than keeping the default's block size.
             tail.insert(0, (f"prior: {VECTOR_BYTES}-byte vectors, blocks that fill the SMs", best))
     return head + tail
-
-
-def _more_blocks_first(head: Sequence[tuple[str, dict[str, Value]]], probed: dict[str, Launch | None],
-                       capacity: int) -> bool:
-    """Whether the 8-byte prior goes first: when one 16-byte vector per thread is less than one wave of
-    the device and 8-byte vectors give more blocks of the same size (more warps resident to hide
-    the latency of a launch-bound shape, half the serial work per thread)."""
-    wide = next((probed.get(config_key(c)) for lab, c in head if lab == f"prior: {VECTOR_BYTES}-byte vectors, "
-                 "one per thread"), None)
-    narrow = next((probed.get(config_key(c)) for lab, c in head
-                   if lab.startswith(f"prior: {NARROW_BYTES}-byte")), None)
-    if wide is None or narrow is None or wide.total >= capacity:
-        return False
-    return narrow.threads == wide.threads and narrow.blocks > wide.blocks
 
 
 def _distance(a: Mapping[str, Value], b: Mapping[str, Value], target: Target) -> int:

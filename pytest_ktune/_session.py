@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import _git
@@ -17,16 +16,7 @@ from ._gate import Confirmation, Threshold, confirm, screen
 from ._runtime import CACHE
 from ._space import Value
 from ._store import Baseline, Record, Store, Timing, new_baseline, target_id
-from ._target import (
-    INCLUDE,
-    Case,
-    Target,
-    deps_hash,
-    include_candidates,
-    include_closure,
-    include_name,
-    source_hash,
-)
+from ._target import Case, Target, deps_hash, include_closure, include_name, pin_includes, source_hash
 from ._verify import case_seed
 
 if TYPE_CHECKING:
@@ -124,30 +114,6 @@ class Skip(Exception):
 
 class Regression(Exception):
     """A confirmed regression; the message carries the numbers."""
-
-
-def _pin_includes(source: Path, text: str, headers: Mapping[Path, str], folder: Path) -> str:
-    """``text``, the kernel source at ``source``, with each ``#include`` of one of ``headers`` (its
-    include closure, by path, with the texts to compile) pointed at a copy of that text written under
-    ``folder``, in the layout of its path relative to the kernel's folder; the copies' includes are
-    pointed the same way. The compile then reads these texts, whatever the files hold now."""
-    copies = {p: folder.joinpath(*("_up_" if part == ".." else part
-                                   for part in PurePosixPath(include_name(source, p)).parts))
-              for p in headers}
-
-    def pin(including: Path, body: str) -> str:
-        def to_copy(m: re.Match[str]) -> str:
-            for candidate in include_candidates(including, source, m.group(1)):
-                if candidate in copies:
-                    return m.group(0)[:m.start(1) - m.start()] + copies[candidate].as_posix() + '"'
-            return m.group(0)
-
-        return INCLUDE.sub(to_copy, body)
-
-    for p, body in headers.items():
-        copies[p].parent.mkdir(parents=True, exist_ok=True)
-        copies[p].write_text(pin(p, body))
-    return pin(source, text)
 
 
 def _fmt_us(s: float) -> str:
@@ -387,7 +353,7 @@ class Session:
             self._unconfirmed(job, row, numbers, f"old {what} not in git",
                               "The files the source includes changed since the baseline, and git holds "
                               f"no copy of the baseline's {what} at commit {commit or '(none recorded)'}")
-        return _pin_includes(path, text, headers, scratch)
+        return pin_includes(path, text, headers, scratch)
 
     def _unconfirmed(self, job: Job, row: Row, numbers: str, note: str, why: str) -> NoReturn:
         self._add(row.result(verdict="REGRESSION", note=f"unconfirmed: {note}"))

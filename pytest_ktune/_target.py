@@ -9,7 +9,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -259,15 +259,16 @@ class Target:
     def source_hash(self, backend: str) -> str:
         return source_hash(self.source_text(backend))
 
+    def _includes(self, backend: str) -> dict[Path, str]:
+        return include_closure(self.source_path(backend), self.source_text(backend), read_local)
+
     def includes(self, backend: str) -> list[Path]:
         """The local files the backend's source includes, directly or through each other."""
-        path = self.source_path(backend)
-        return list(include_closure(path, self.source_text(backend), read_local))
+        return list(self._includes(backend))
 
     def deps_hash(self, backend: str) -> str | None:
         """A hash of the local files the backend's source includes; None when it includes none."""
-        path = self.source_path(backend)
-        return deps_hash(path, include_closure(path, self.source_text(backend), read_local))
+        return deps_hash(self.source_path(backend), self._includes(backend))
 
     # -- calls -----------------------------------------------------------
     def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
@@ -403,6 +404,30 @@ def deps_hash(source: Path, files: Mapping[Path, str]) -> str | None:
             data = part.encode()
             h.update(len(data).to_bytes(8, "little") + data)
     return h.hexdigest()[:16]
+
+
+def pin_includes(source: Path, text: str, headers: Mapping[Path, str], folder: Path) -> str:
+    """``text``, the kernel source at ``source``, with each ``#include`` of one of ``headers`` (its
+    include closure, by path, with the texts to compile) pointed at a copy of that text written under
+    ``folder``, in the layout of its path relative to the kernel's folder; the copies' includes are
+    pointed the same way. The compile then reads these texts, whatever the files hold now."""
+    copies = {p: folder.joinpath(*("_up_" if part == ".." else part
+                                   for part in PurePosixPath(include_name(source, p)).parts))
+              for p in headers}
+
+    def pin(including: Path, body: str) -> str:
+        def to_copy(m: re.Match[str]) -> str:
+            for candidate in include_candidates(including, source, m.group(1)):
+                if candidate in copies:
+                    return m.group(0)[:m.start(1) - m.start()] + copies[candidate].as_posix() + '"'
+            return m.group(0)
+
+        return INCLUDE.sub(to_copy, body)
+
+    for p, body in headers.items():
+        copies[p].parent.mkdir(parents=True, exist_ok=True)
+        copies[p].write_text(pin(p, body))
+    return pin(source, text)
 
 
 _REGISTRY: dict[str, Target] = {}

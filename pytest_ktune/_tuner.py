@@ -24,13 +24,12 @@ from typing import Any, TextIO
 
 from ._bench import mann_whitney_greater
 from ._errors import KtuneError, SpaceError
+from ._samplers import DEFAULT_SAMPLER, SAMPLERS
 from ._space import Value, config_key
 from ._store import Record, Store, Timing, Tuned, key_string, new_baseline, now_utc, source_changed, target_id
 from ._target import Case, Target
 from ._worker import ABOutcome, CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec
 
-SAMPLERS = ("bo", "tpe", "random", "grid", "cmaes", "gp")
-DEFAULT_SAMPLER = "bo"  # with the warm starts and the device priors: the default strategy (bench-search)
 MEMORY = ":memory:"  # an in-memory study storage, for replays (nothing is saved)
 STUCK_AFTER = 2  # proposals in a row that bring nothing new before the loop picks an untried configuration
 MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import KtuneError
+from ._samplers import DEFAULT_SAMPLER, SAMPLERS
 
 if TYPE_CHECKING:
     from ._target import Target
@@ -24,7 +25,7 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
                    help="auto: cuda when a GPU is visible, else opencl")
     p.add_argument("--trials", type=int, default=40, help="timed trials per key (default 40)")
     p.add_argument("--timeout", type=float, default=None, help="wall-time budget per key, in seconds")
-    p.add_argument("--sampler", default="bo", choices=("bo", "tpe", "random", "grid", "cmaes", "gp"),
+    p.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                    help="the search after the warm starts (default: bo, a Gaussian process over the "
                         "feasible configurations; grid times every one)")
     p.add_argument("--storage", default=None,

@@ -22,6 +22,8 @@ REPORTS_KEY = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from ._samplers import DEFAULT_SAMPLER, SAMPLERS
+
     group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
     group.addoption("--ktune", action="store_true", default=False,
                     help="collect @ktune.target kernels: a correctness and a performance item per case")
@@ -45,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ktune-trials", type=int, default=40, help="timed trials per key (default: 40)")
     group.addoption("--ktune-tune-timeout", type=float, default=None, metavar="SECONDS",
                     help="wall-time budget per key (default: none)")
-    group.addoption("--ktune-sampler", default="bo", choices=("bo", "tpe", "random", "grid", "cmaes", "gp"),
+    group.addoption("--ktune-sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
                     help="the search after the warm starts (default: bo, a Gaussian process over the feasible "
                          "configurations; grid times every feasible point)")
     group.addoption("--ktune-storage", default=None, metavar="URL",

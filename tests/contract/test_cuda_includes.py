@@ -1,5 +1,5 @@
 """Headers on the CUDA backend: an edited header is compiled again (CuPy's caches key on the source text,
-not on the files it includes), and the gate's copy of a baseline's old header (``_pin_includes``) is
+not on the files it includes), and the gate's copy of a baseline's old header (``pin_includes``) is
 what NVRTC compiles. Skipped where no NVIDIA GPU is visible."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _run(backend: CudaBackend, source: str, filename: Path) -> int:
 
 def test_an_edited_header_is_compiled_again_and_an_old_one_can_be_pinned(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ktune._session import _pin_includes
+    from pytest_ktune._target import pin_includes
 
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cupy-cache"))  # CuPy's on-disk cache, in use
     src = tmp_path / "kernels" / "val.cu"
@@ -44,6 +44,6 @@ def test_an_edited_header_is_compiled_again_and_an_old_one_can_be_pinned(
     assert isinstance(fresh, CudaBackend)
     assert _run(fresh, KERNEL, src) == 2  # nor from the on-disk cache, in a fresh backend
     # The baseline's header as git held it, pinned in a scratch folder: that is what compiles.
-    pinned = _pin_includes(src, KERNEL, {header: "#define VAL 7\n"}, tmp_path / "scratch")
+    pinned = pin_includes(src, KERNEL, {header: "#define VAL 7\n"}, tmp_path / "scratch")
     assert _run(backend, pinned, src) == 7
     assert header.read_text() == "#define VAL 2\n"  # the user's file is untouched

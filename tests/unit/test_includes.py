@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from pytest_ktune import Case, Space, StoreError, Target, Tensor, target
-from pytest_ktune._session import _pin_includes
 from pytest_ktune._store import Baseline, Record, Store, source_changed
-from pytest_ktune._target import include_closure, read_local
+from pytest_ktune._target import include_closure, pin_includes, read_local
 from pytest_ktune.backends.cuda import CudaBackend
 
 
@@ -189,7 +188,7 @@ def test_pinned_includes_point_at_copies_of_the_given_texts(tmp_path: Path) -> N
                      "sub/a.h": "// now\n", "c.h": "// now\n", "../shared/d.h": "// now\n"})
     old = {kernels / "sub/a.h": '#include "../c.h"\n#include "../../shared/d.h"\n',
            kernels / "c.h": "// then: c\n", tmp_path / "shared/d.h": "// then: d\n"}
-    main = _pin_includes(kernels / "k.cl", (kernels / "k.cl").read_text(), old, scratch)
+    main = pin_includes(kernels / "k.cl", (kernels / "k.cl").read_text(), old, scratch)
 
     copy_a = scratch / "sub/a.h"
     assert main == f'#include "{copy_a.as_posix()}"\n#include <x.h>\n#include "nvrtc.h"\n'
