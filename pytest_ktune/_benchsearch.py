@@ -17,6 +17,7 @@ strategies that are not its own.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -405,6 +406,7 @@ def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict
                                   "key": dict(lr.land.key), "device": lr.land.device_id, "budget": lr.budget,
                                   "configurations": len(lr.land.points), "optimum_us": o,
                                   "optimum": dict(lr.land.optimum.params), "strategies": strategies})
+    out["overall"] = [dataclasses.asdict(r) for r in overall(results)]
     return out
 
 
@@ -501,9 +503,10 @@ def problems_for(root: Path, paths: Sequence[Path]) -> list[Problem]:
     return out
 
 
-def summary_lines(results: Sequence[LandscapeResult]) -> list[str]:
-    """Per landscape: the default strategy's median trials to 3 % against the best other strategy's."""
-    lines = []
+def versus(results: Sequence[LandscapeResult]) -> list[tuple[LandscapeResult, float, str, float, str]]:
+    """Per landscape: the default strategy's median trials to 3 %, the best other strategy and its
+    median, and the verdict (fewer, as many, MORE)."""
+    out = []
     for lr in results:
         o = lr.optimum_us
         ran = [r for r in lr.results if not r.skipped]
@@ -513,10 +516,83 @@ def summary_lines(results: Sequence[LandscapeResult]) -> list[str]:
             continue
         best = min(rivals, key=lambda r: r.median_trials(o, 0.03))
         m, b = mine.median_trials(o, 0.03), best.median_trials(o, 0.03)
-        verdict = "fewer" if m < b else "as many" if m == b else "MORE"
-        lines.append(f"{lr.land.label}: ktune {_trials_text(m, lr.budget)} trials to 3 %, best other "
-                     f"{best.strategy} {_trials_text(b, lr.budget)}: {verdict}")
-    return lines
+        out.append((lr, m, best.strategy, b, "fewer" if m < b else "as many" if m == b else "MORE"))
+    return out
+
+
+def summary_lines(results: Sequence[LandscapeResult]) -> list[str]:
+    """Per landscape: the default strategy's median trials to 3 % against the best other strategy's."""
+    return [f"{lr.land.label}: ktune {_trials_text(m, lr.budget)} trials to 3 %, best other "
+            f"{who} {_trials_text(b, lr.budget)}: {verdict}" for lr, m, who, b, verdict in versus(results)]
+
+
+@dataclass(frozen=True)
+class Overall:
+    """One strategy over all the landscapes: median trials to 3 % summed, and how often it was best."""
+
+    strategy: str
+    reached: int  # landscapes where the median run came within 3 %
+    ran: int  # landscapes where it ran (not skipped)
+    total: float  # the medians summed; a landscape not reached or skipped counts as its budget + 1
+    geomean: float  # their geometric mean, counted the same way
+    fewest: int  # landscapes where no strategy (its own parts aside) needs fewer, ties counted
+
+
+def overall(results: Sequence[LandscapeResult]) -> list[Overall]:
+    """Each strategy over all the landscapes, fewest trials in total first. A landscape a strategy
+    did not reach (or was skipped on) counts as its budget + 1, a bound below what it would need."""
+    names: list[str] = []
+    for lr in results:
+        names.extend(r.strategy for r in lr.results if r.strategy not in names)
+    counted: dict[str, list[float]] = {n: [] for n in names}
+    ran = dict.fromkeys(names, 0)
+    reached = dict.fromkeys(names, 0)
+    fewest = dict.fromkeys(names, 0)
+    for lr in results:
+        o = lr.optimum_us
+        by = {r.strategy: r for r in lr.results}
+        med = {n: (by[n].median_trials(o, 0.03) if n in by and not by[n].skipped else math.inf) for n in names}
+        for n in names:
+            ran[n] += n in by and not by[n].skipped
+            reached[n] += not math.isinf(med[n])
+            counted[n].append(min(med[n], lr.budget + 1))
+        for n in names:
+            field_ = [med[m] for m in names if m == n or m not in OWN_STRATEGIES]
+            fewest[n] += not math.isinf(med[n]) and med[n] <= min(field_)
+    out = [Overall(n, reached[n], ran[n], sum(counted[n]),
+                   math.exp(statistics.fmean(math.log(v) for v in counted[n])) if counted[n] else math.nan,
+                   fewest[n]) for n in names]
+    return sorted(out, key=lambda x: (x.total, x.strategy))
+
+
+def overall_markdown(results: Sequence[LandscapeResult]) -> str:
+    """The table of ``overall``, with the default strategy set against the best other on each landscape."""
+    rows = overall(results)
+    if not rows:
+        return ""
+    n = len(results)
+    lines = ["## Over all landscapes", "",
+             f"Median trials to within 3 % of the optimum, over {n} landscapes: summed, and their geometric "
+             "mean. A landscape a strategy did not reach, or was skipped on, counts as its budget + 1 (marked "
+             "≥). *Fewest*: landscapes where no other strategy needs fewer (the default's own parts "
+             "aside), ties counted.", "",
+             "| strategy | reached | trials, summed | geometric mean | fewest |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        short = "≥ " if r.reached < n else ""
+        skipped = f" (skipped on {n - r.ran})" if r.ran < n else ""
+        lines.append(f"| {r.strategy}{skipped} | {r.reached}/{n} | {short}{r.total:g} | {short}{r.geomean:.2f} | "
+                     f"{r.fewest} |")
+    oracle = []
+    for lr in results:
+        rivals = [r.median_trials(lr.optimum_us, 0.03) for r in lr.results
+                  if not r.skipped and r.strategy not in OWN_STRATEGIES]
+        if rivals:
+            oracle.append(min(*rivals, lr.budget + 1))
+    if oracle and len(oracle) == n:
+        mean = math.exp(statistics.fmean(map(math.log, oracle)))
+        lines += ["", f"The best of the others on each landscape (a different strategy on each), summed: "
+                      f"{sum(oracle):g} trials, geometric mean {mean:.2f}."]
+    return "\n".join(lines) + "\n"
 
 
 def run(root: Path, paths: Sequence[Path], settings: BenchSettings, out_dir: Path | None, *,
@@ -530,7 +606,12 @@ def run(root: Path, paths: Sequence[Path], settings: BenchSettings, out_dir: Pat
     md = markdown(results, settings)
     summary = summary_lines(results)
     if summary:
-        md += "\n## The default strategy against the best other\n\n" + "\n".join(f"- {s}" for s in summary) + "\n"
+        tally = [v for *_, v in versus(results)]
+        md += ("\n## The default strategy against the best other\n\n" + "\n".join(f"- {s}" for s in summary)
+               + f"\n\nFewer on {tally.count('fewer')}, as many on {tally.count('as many')}, more on "
+               f"{tally.count('MORE')}, of {len(tally)}.\n")
+    if len(results) > 1:
+        md += "\n" + overall_markdown(results)
     print(md, file=stream)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,13 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
   categorical one is one-hot, scaled so that two different values are 1 apart;
 * a Matérn 5/2 kernel with one length scale per parameter, chosen by the marginal likelihood over a
   small grid (the whole grid for up to three parameters, coordinate-wise above that);
-* expected improvement over the best timing so far, for every configuration not yet tried (timed,
-  failed, queued, or being timed by another process), so no configuration is proposed twice.
+* expected improvement over the best timing so far, for the configurations not yet tried (timed,
+  failed, queued, or being timed by another process), so no configuration is proposed twice;
+* only those nearest the best timed so far compete: one step from it (a step is a move to the
+  next listed value of one parameter, or to another value of a categorical one), then two steps
+  once all at one step were tried, and so on. A model fitted to a handful of timings is at its most
+  reliable next to them; left to the whole space, it sends the early trials to the corners its
+  uncertainty is largest in. A better timing moves the centre, and the search narrows again.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
 steers the search away from where compiles or launches fail. With fewer than two timings, a random
@@ -28,7 +33,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from ._space import Value, config_key
+from ._space import Value, config_key, steps
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
@@ -165,9 +170,19 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
     encode = Inputs(params)
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
-    mu, sd = gp.predict(encode(untried))
+    centre = min(seen.values(), key=lambda cy: cy[1])[0]
+    near = nearest(untried, centre, params)
+    mu, sd = gp.predict(encode(near))
     ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
-    return untried[int(np.argmax(ei))]
+    return near[int(np.argmax(ei))]
+
+
+def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
+            params: Mapping[str, Sequence[Value]]) -> list[Mapping[str, Value]]:
+    """The untried configurations fewest steps from ``centre`` (never empty when ``untried`` is not)."""
+    dist = [steps(c, centre, params) for c in untried]
+    least = min(dist)
+    return [c for c, d in zip(untried, dist, strict=True) if d == least]
 
 
 class BoSampler(optuna.samplers.BaseSampler):

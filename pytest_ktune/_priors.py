@@ -3,22 +3,30 @@
 Three rules, read from the device and the target's own launch arithmetic, never from timings. The
 target's function is run against a probe that records the launch instead of running it (inputs are
 unallocated ``np.empty`` arrays, so even a large case costs nothing): the probe gives each
-configuration's grid and block, and the size of the largest array the function returns, the work.
+configuration's grid and block, and the size of the largest array the function returns, the work
+(or what the target's ``work=`` says, for a kernel whose output is much smaller than what its
+threads share out, such as a top-k over rows).
 
-1. **One vector per thread.** A parameter named like ``VEC`` sets how many elements a thread loads
-   at once. For a vector width, the configuration that launches the most threads while every thread
-   still gets a whole vector of the work (work ÷ threads ≥ VEC) has no idle thread and no second
-   pass: the most loads in flight at once for that width. Of those that tie, the one that changes
-   the fewest of the default's parameters, then by the fewest steps, is taken (the default's other
-   parameters are what the author chose). Widths, in order: 16 bytes of the key's dtype (8 halves,
-   4 floats: the widest load a GPU thread issues in one instruction), the widest the space lists
-   when it is wider (two such loads in flight per thread), and 8 bytes (twice the threads where a
-   16-byte vector leaves too few of them, or leaves threads of a group idle). When one 16-byte
-   vector per thread means more threads than two full waves of the device, the configuration with
-   two vectors per thread (half the threads, still filling every SM, each thread's fixed cost paid
-   once for twice the work) is timed first. When it is less than one wave and 8-byte vectors give
-   more blocks of the same size, the 8-byte one is timed first (twice the warps resident to hide a
-   launch-bound shape's latency, half the serial work per thread).
+1. **One vector per thread.** A parameter named like ``VEC``, ``WIDTH`` or ``PACK`` (or listed in
+   the target's ``vectors=``) sets how many elements a thread loads at once. For a vector width, the
+   configuration that launches the most threads while every thread still gets a whole vector of the
+   work (work ÷ threads ≥ VEC) has no idle thread and no second pass: the most loads in flight at
+   once for that width. Of those that tie, the one that changes the fewest of the default's
+   parameters, then by the fewest steps, is taken (the default's other parameters are what the
+   author chose). Widths, in order: 16 bytes of the element type (8 halves, 4 floats: the widest
+   load a GPU thread issues in one instruction), the widest the space lists when it is wider (two
+   such loads in flight per thread), and 8 bytes (twice the threads where a 16-byte vector leaves
+   too few of them, or leaves threads of a group idle). The element type is the key's first
+   dimension that names a dtype, else that of the cases' largest input.
+
+   When one 16-byte vector per thread means more threads than two full waves of the device, the
+   configuration with two vectors per thread (half the threads, still filling every SM, each
+   thread's fixed cost paid once for twice the work) is timed first, and the same launch with
+   8-byte vectors, four per thread, second: the grid and each thread's share of the work stay, and
+   only the width of each load changes, which is the choice the launch arithmetic cannot make (how
+   the kernel holds what it loaded decides it). When it is less than one wave and 8-byte vectors
+   give more blocks of the same size, the 8-byte one is timed first (twice the warps resident to
+   hide a launch-bound shape's latency, half the serial work per thread).
 2. **Blocks that fill the SMs.** When the default with 16-byte vectors leaves SMs without a block
    or the device short of threads (a launch-bound shape), the configuration with the same vector
    width that gives the most SMs a block, then keeps the most threads resident.
@@ -40,9 +48,10 @@ from typing import Any
 import numpy as np
 
 from ._errors import KtuneError
-from ._space import Value, config_key
+from ._space import Value, config_key, steps
 from ._target import Target, Tensor, as_dtype
 
+TWIN = "prior: 8-byte vectors, four per thread"  # the two-per-thread launch with 8-byte loads
 THREADS_PER_SM = 2048  # resident threads per SM on NVIDIA GPUs since Volta (sm_70 .. sm_90)
 VECTOR_BYTES = 16  # the widest load one instruction of a GPU thread issues
 NARROW_BYTES = 8
@@ -70,8 +79,34 @@ def element_types(key: Mapping[str, Any]) -> dict[str, str]:
     return {k: dt.name for k, dt in _dtypes(key).items()}
 
 
-def _vector_params(target: Target) -> list[str]:
-    return [n for n in target.space.params if "VEC" in n.upper()]
+def _element_size(target: Target, key: Mapping[str, Any], case_indices: Sequence[int]) -> int | None:
+    """The item size vector widths count in: the key's first dtype dimension; for a key that names
+    no dtype, that of the largest array among the cases' inputs."""
+    size = _itemsize(key)
+    if size is not None or not case_indices:
+        return size
+    tensors = [t for i in case_indices for t in target.cases[i].tensors.values()]
+    if not tensors:
+        return None
+    big = max(tensors, key=lambda t: t.nbytes)
+    return int(as_dtype(big.dtype).itemsize)
+
+
+def in_bytes(target: Target, params: Mapping[str, Value], source: Mapping[str, Any],
+             key: Mapping[str, Any]) -> dict[str, Value]:
+    """Parameters found for the key ``source``, carried over to ``key``: a vector width (elements)
+    scaled so each load moves as many bytes with ``key``'s element size (8 halves become 4 floats),
+    when the space lists that width; the rest as they are."""
+    was, now = _itemsize(source), _itemsize(key)
+    out = dict(params)
+    if was is None or now is None or was == now:
+        return out
+    for n in target.vector_params():
+        v = out.get(n)
+        if isinstance(v, int) and not isinstance(v, bool) and (v * was) % now == 0 \
+                and (v * was) // now in target.space.params[n]:
+            out[n] = (v * was) // now
+    return out
 
 
 class _Probe:
@@ -120,6 +155,9 @@ def launch_of(target: Target, case_args: Mapping[str, Any], config: Mapping[str,
     if not probe.launches:
         return None
     blocks, threads = max(probe.launches, key=lambda bt: bt[0] * bt[1])
+    declared = target.work_for(args)
+    if declared is not None:
+        return Launch(blocks, threads, declared)
     outs = result if isinstance(result, (tuple, list)) else (result,)
     sizes = [int(a.size) for a in outs if isinstance(a, np.ndarray)]
     return Launch(blocks, threads, max(sizes) if sizes else None)
@@ -174,7 +212,7 @@ def one_per_thread(target: Target, key: Mapping[str, Any], case_args: Mapping[st
         if got.work < got.total * width * vectors:
             continue  # some threads would get less than that
         changed = sum(p[n] != target.default[n] for n in p)
-        score = (got.total, -changed, -_distance(p, target.default, target))
+        score = (got.total, -changed, -steps(p, target.default, target.space.params))
         if best is None or score > best[0]:
             best = (score, p)
     return None if best is None else best[1]
@@ -183,8 +221,8 @@ def one_per_thread(target: Target, key: Mapping[str, Any], case_args: Mapping[st
 def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence[int],
                   device: Any) -> list[tuple[str, dict[str, Value]]]:
     """The priors for this key on this device, in the order to time them (invalid ones left out)."""
-    size = _itemsize(key)
-    vec_names = _vector_params(target)
+    size = _element_size(target, key, case_indices)
+    vec_names = target.vector_params()
     if size is None or not vec_names:
         return []
     want = VECTOR_BYTES // size
@@ -216,6 +254,12 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
             two = one_per_thread(target, key, args, vec_names, w, vectors=2, probed=probed)
             if two is not None:
                 head.insert(0, (f"prior: {w * size}-byte vectors, two per thread", two))
+                # The same launch with 8-byte loads, four per thread: only the load width changes.
+                half = NARROW_BYTES // size
+                if half in _widths(target, vec_names, size):
+                    four = one_per_thread(target, key, args, vec_names, half, vectors=4, probed=probed)
+                    if four is not None and probed.get(config_key(four)) == probed.get(config_key(two)):
+                        head.insert(1, (TWIN, four))
     wide, narrow = (probed.get(config_key(one[b][1])) if b in one else None for b in (VECTOR_BYTES, NARROW_BYTES))
     if wide is not None and narrow is not None and wide.total < capacity \
             and narrow.threads == wide.threads and narrow.blocks > wide.blocks:
@@ -232,7 +276,7 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
     if held is None or (held[0] >= device.compute_units and held[1] >= capacity):
         return head + tail
     same_vec = [p for p in target.space.feasible(key) if all(p[n] == first[n] for n in vec_names) and p != first]
-    scored = [(held_by(p) or (0, 0), -_distance(p, first, target), p) for p in same_vec]
+    scored = [(held_by(p) or (0, 0), -steps(p, first, target.space.params), p) for p in same_vec]
     if scored:
         # Every SM busy first, then the most resident threads, then the fewest steps from the default.
         best_held, _, best = max(scored, key=lambda s: (s[0], s[1]))
@@ -242,6 +286,7 @@ def device_priors(target: Target, key: Mapping[str, Any], case_indices: Sequence
     return head + tail
 
 
-def _distance(a: Mapping[str, Value], b: Mapping[str, Value], target: Target) -> int:
-    """How many steps apart two configurations are along each parameter's listed values."""
-    return sum(abs(target.space.params[n].index(a[n]) - target.space.params[n].index(b[n])) for n in a)
+def leading(priors: Sequence[tuple[str, Mapping[str, Value]]]) -> int:
+    """How many of ``priors`` a key never tuned times before the default: the first, and the 8-byte
+    twin that follows a two-per-thread first prior (the same launch: together, one guess)."""
+    return 2 if len(priors) > 1 and priors[1][0] == TWIN else min(len(priors), 1)

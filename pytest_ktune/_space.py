@@ -176,3 +176,18 @@ class Space:
 def config_key(config: Mapping[str, Value]) -> str:
     """A configuration as one string, the same whatever the order of its parameters."""
     return json.dumps(dict(sorted(config.items())), sort_keys=True)
+
+
+def steps(a: Mapping[str, Value], b: Mapping[str, Value], params: Mapping[str, Sequence[Value]]) -> int:
+    """How many steps apart two configurations are: per parameter, how far apart their values are
+    among its values in order (numeric), or whether they differ (categorical)."""
+    out = 0
+    for name, values in params.items():
+        if a[name] == b[name]:
+            continue
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            ordered = sorted(values, key=float)
+            out += abs(ordered.index(a[name]) - ordered.index(b[name]))
+        else:
+            out += 1
+    return out

@@ -234,6 +234,8 @@ class Target:
     bytes_moved: Callable[..., int] | None = None
     flops: Callable[..., int] | None = None
     defines_fn: Callable[..., Mapping[str, Value]] | None = None
+    vectors: tuple[str, ...] | None = None  # the parameters that are vector widths; None: by name
+    work_fn: Callable[..., int] | None = None
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @property
@@ -289,6 +291,19 @@ class Target:
         if self.bytes_moved is None:
             return None
         return int(_call_with(self.bytes_moved, bound, self.where, "bytes_moved"))
+
+    def vector_params(self) -> list[str]:
+        """The parameters that set a vector width in elements: as declared, else those named like one
+        (``VECTOR_NAME``: VEC, VECTOR, WIDTH, PACK)."""
+        if self.vectors is not None:
+            return list(self.vectors)
+        return [n for n in self.space.params if VECTOR_NAME.search(n)]
+
+    def work_for(self, bound: Mapping[str, Any]) -> int | None:
+        """The elements the kernel's threads share out, as declared (``work=``); None: not declared."""
+        if self.work_fn is None:
+            return None
+        return int(_call_with(self.work_fn, bound, self.where, "work"))
 
     def flops_for(self, bound: Mapping[str, Any]) -> int | None:
         if self.flops is None:
@@ -439,6 +454,7 @@ def registered() -> dict[str, Target]:
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VECTOR_NAME = re.compile(r"VEC|WIDTH|PACK", re.I)  # a parameter named like a vector width (VECTOR too)
 
 
 def target(
@@ -455,6 +471,8 @@ def target(
     defines: Callable[..., Mapping[str, Value]] | None = None,
     kernel: str | None = None,
     name: str | None = None,
+    vectors: Sequence[str] | None = None,
+    work: Callable[..., int] | None = None,
 ) -> Callable[[Callable[..., Any]], Target]:
     """Mark a kernel launcher as a pytest-ktune target.
 
@@ -489,6 +507,19 @@ def target(
             if not _IDENT.match(p):
                 raise SpaceError(f"parameter name {p!r} is not a valid C identifier", where=where,
                                  hint="parameters become -D macros; use names like BLOCK")
+        if vectors is not None:
+            if isinstance(vectors, str):
+                raise SpaceError(f"vectors={vectors!r} is a string", where=where,
+                                 hint=f"give a list of parameter names: vectors=[{vectors!r}]")
+            for v in vectors:
+                if v not in space.params:
+                    raise SpaceError(f"vectors= names {v!r}, which is not a parameter of the space "
+                                     f"({', '.join(space.names)})", where=where,
+                                     hint="list the parameters that set how many elements a thread loads at once")
+                bad = [x for x in space.params[v] if isinstance(x, bool) or not isinstance(x, int) or x < 1]
+                if bad:
+                    raise SpaceError(f"vectors= names {v!r}, whose values {bad} are not element counts",
+                                     where=where, hint="a vector width is a whole number of elements, 1 or more")
         if not cases:
             raise KtuneError("cases= is empty", where=where,
                              hint="declare at least one ktune.Case the kernel must handle")
@@ -502,7 +533,8 @@ def target(
             name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
-            bytes_moved=bytes_moved, flops=flops, defines_fn=defines, _signature=call_sig,
+            bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
+            vectors=None if vectors is None else tuple(vectors), work_fn=work, _signature=call_sig,
         )
         for c in t.cases:
             try:

@@ -523,8 +523,9 @@ def _warm_starts(target: Target, store: Store | None, *, tid: str, device: str, 
     """The default, the parameters in use, and the best recorded for other keys and devices, each
     with whether it is near: the default and the parameters in use are, and so is a record of a key
     with this key's element types (its dimensions that name a dtype); a record of a key with other
-    element types is timed after the device priors (tune_key)."""
-    from ._priors import element_types
+    element types is timed after the device priors (tune_key), its vector widths carried over so
+    that each load moves as many bytes (``_priors.in_bytes``)."""
+    from ._priors import element_types, in_bytes
 
     types = element_types(key)
     out: list[tuple[str, dict[str, Value], bool]] = [("default", dict(target.default), True),
@@ -533,7 +534,7 @@ def _warm_starts(target: Target, store: Store | None, *, tid: str, device: str, 
         mine = key_string(key)
         others = [r for r in store.for_target(tid) if key_string(r.key) != mine or r.device != device]
         others.sort(key=lambda r: (r.device != device, key_string(r.key)))
-        out.extend((f"recorded for {r.device} {key_string(r.key)}", dict(r.params),
+        out.extend((f"recorded for {r.device} {key_string(r.key)}", in_bytes(target, r.params, r.key, key),
                     element_types(r.key) == types) for r in others)
     seen: set[str] = set()
     unique = []
@@ -579,12 +580,14 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     """Tune one target for one key; write the winner to the params file when it wins A/B.
 
     Timed first, in this order: the parameters in use and the default when this key was tuned
-    before (what tuning found is the best guess), then the first device prior; for a key not tuned
-    yet, the first device prior (``_priors``: the strongest guess computed for this key's own
-    launch) before the default. Then the best recorded for other keys and devices whose keys have
-    this key's element types (the dimensions that name a dtype); the other device priors; the best
-    recorded for keys of other element types, whose vector widths transfer less well. The sampler
-    (by default ``bo``, ``_bo``: a model of all the timings so far) proposes the rest."""
+    before (what tuning found is the best guess), then the leading device priors; for a key not
+    tuned yet, the leading device priors (``_priors``: the strongest guess computed for this key's
+    own launch, with its 8-byte twin when it has one: ``_priors.leading``) before the default. Then
+    the best recorded for other keys and devices whose keys have this key's element types (the
+    dimensions that name a dtype); the other device priors; the best recorded for keys of other
+    element types, their vector widths carried over in bytes (``_priors.in_bytes``), which transfer
+    less well. The sampler (by default ``bo``, ``_bo``: a model of all the timings so far) proposes
+    the rest."""
     import optuna
     from optuna.trial import TrialState
 
@@ -637,18 +640,20 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             rec = store.find(tid, device.id, key) if store else None
             current = dict(rec.params) if rec else dict(target.default)
             warm = _warm_starts(target, store, tid=tid, device=device.id, key=key, current=current)
-            priors = []
+            priors: list[tuple[str, dict[str, Value]]] = []
+            lead = 0
             if settings.priors and settings.sampler != "grid":
-                from ._priors import device_priors
+                from ._priors import device_priors, leading
 
                 priors = device_priors(target, key, case_indices, device)
+                lead = leading(priors)
             # In the order of the docstring.
             mine = sorted(((label, cfg) for label, cfg, _ in warm if label in ("default", "current")),
                           key=lambda lc: lc[0] != "current")
             near = [(label, cfg) for label, cfg, n in warm if n and label not in ("default", "current")]
             far = [(label, cfg) for label, cfg, n in warm if not n]
-            groups = (mine, priors[:1]) if rec is not None else (priors[:1], mine)
-            for group in (*groups, near, priors[1:], far):
+            groups = (mine, priors[:lead]) if rec is not None else (priors[:lead], mine)
+            for group in (*groups, near, priors[lead:], far):
                 _enqueue(study, enc, group)
             if settings.sampler == "grid":
                 _enqueue(study, enc, [("grid", p) for p in feasible])

@@ -84,6 +84,10 @@ def _case(t: int, e: int, k: int, renormalize: bool, **kw: Any) -> ktune.Case:
                "int32": ktune.Tolerance(norm=0.0, atol=0.0, rtol=0.0)},
     # logits read; k weights and k ids written per token.
     bytes_moved=lambda gating, topk: gating.nbytes + 8 * gating.shape[0] * topk,
+    # For the tuner's priors: VPT is how many logits a thread loads at once, and the threads share
+    # out the logits (the k outputs per row are far fewer).
+    vectors=["VPT"],
+    work=lambda gating: gating.size,
 )
 def moe_topk_softmax(kernel: ktune.Kernel, gating: Any, topk: int,
                      renormalize: bool = True) -> tuple[Any, Any]:

@@ -43,11 +43,11 @@ from dataclasses import dataclass
 
 from .._errors import KtuneError
 from .._space import Value
-from .._target import Target
+from .._target import VECTOR_NAME, Target
 from ._proposal import LaunchExpr, Proposal, ProposalError
 
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("vector", re.compile(r"VEC|VECTOR|WIDTH|PACK", re.I)),
+    ("vector", VECTOR_NAME),
     ("items", re.compile(r"ITEMS|PER_THREAD|UNROLL|ILP|ELEMS|ROWS", re.I)),
     ("cap", re.compile(r"CAP|MAX_BLOCKS|MAX_GRID|NUM_BLOCKS|GRID", re.I)),
     ("block", re.compile(r"BLOCK|THREADS|^WG|WORK_?GROUP|LOCAL_SIZE|TPB", re.I)),

@@ -10,7 +10,19 @@ import numpy as np
 
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
-from pytest_ktune._priors import _itemsize, _widths, device_priors, element_types, launch_of, occupancy, one_per_thread
+from pytest_ktune._errors import SpaceError
+from pytest_ktune._priors import (
+    TWIN,
+    _itemsize,
+    _widths,
+    device_priors,
+    element_types,
+    in_bytes,
+    launch_of,
+    leading,
+    occupancy,
+    one_per_thread,
+)
 from pytest_ktune._replay import _device_of
 from pytest_ktune._target import Target
 
@@ -114,11 +126,29 @@ def test_a_shape_of_more_than_two_waves_gets_two_vectors_per_thread_first() -> N
     key = {"T": 4096, "H": 4096, "dtype": "float16"}
     assert one_per_thread(t, key, _args(t), ["VEC"], 8, vectors=2) == {"BLOCK": 256, "VEC": 8}
     priors = device_priors(t, key, [0], DEVICE)
-    assert priors[:2] == [("prior: 16-byte vectors, two per thread", {"BLOCK": 256, "VEC": 8}),
+    # Then the same launch (256 threads a row, 16 halves each) with 8-byte loads, four per thread.
+    assert priors[:3] == [("prior: 16-byte vectors, two per thread", {"BLOCK": 256, "VEC": 8}),
+                          (TWIN, {"BLOCK": 256, "VEC": 4}),
                           ("prior: 16-byte vectors, one per thread", {"BLOCK": 512, "VEC": 8})]
-    # 64 rows: one vector per thread is 32768 threads, less than one wave: no such prior.
+    assert launch_of(t, _args(t), priors[0][1]) == launch_of(t, _args(t), priors[1][1])
+    assert leading(priors) == 2  # the pair is timed before the default on a key never tuned
+    # 64 rows: one vector per thread is 32768 threads, less than one wave: no such prior, no twin.
     small = _row_target(64, 4096)
-    assert "two per thread" not in device_priors(small, {"T": 64, "H": 4096, "dtype": "float16"}, [0], DEVICE)[0][0]
+    few = device_priors(small, {"T": 64, "H": 4096, "dtype": "float16"}, [0], DEVICE)
+    assert "two per thread" not in few[0][0] and TWIN not in [label for label, _ in few]
+    assert leading(few) == 1 and leading([]) == 0
+
+
+def test_without_an_8_byte_width_listed_there_is_no_twin() -> None:
+    t = make_target(
+        name="rows", sources={"cuda": "rows.cu"},
+        space=Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 8], constraints=["H % VEC == 0"]),
+        default={"BLOCK": 256, "VEC": 1},
+        key=lambda x: {"T": x.shape[0], "H": x.shape[1], "dtype": x.dtype.name},
+        cases=[Case(x=Tensor((4096, 4096), "float16"))], reference=_reference)(_rows)
+    priors = device_priors(t, {"T": 4096, "H": 4096, "dtype": "float16"}, [0], DEVICE)
+    assert priors[0][0] == "prior: 16-byte vectors, two per thread" and leading(priors) == 1
+    assert all(label != TWIN for label, _ in priors)
 
 
 def test_vector_widths_16_bytes_then_the_widest_then_8_bytes() -> None:
@@ -205,7 +235,93 @@ def test_a_grid_short_of_sms_gets_smaller_blocks() -> None:
                           ("prior: 16-byte vectors", {"BLOCK": 256, "VEC": 8, "ITEMS": 1})]
 
 
-def test_no_prior_without_a_dtype_in_the_key_or_a_vector_parameter() -> None:
+def test_no_prior_without_a_vector_parameter() -> None:
+    t = make_target(
+        name="rows", sources={"cuda": "rows.cu"}, space=Space(BLOCK=[64, 128, 256, 512, 1024]),
+        default={"BLOCK": 256}, key=lambda x: {"T": x.shape[0], "H": x.shape[1], "dtype": x.dtype.name},
+        cases=[Case(x=Tensor((64, 4096), "float16"))], reference=_reference)(_rows)
+    assert device_priors(t, {"T": 64, "H": 4096, "dtype": "float16"}, [0], DEVICE) == []
+
+
+def _topk(kernel: Any, x: Any) -> Any:
+    """TPR threads a row, BLOCK // TPR rows a block; returns 2 values a row (far fewer than it reads)."""
+    out = kernel.empty((x.shape[0], 2), np.float32)
+    kernel.launch(grid=-(-x.shape[0] // (kernel["BLOCK"] // kernel["TPR"])), block=kernel["BLOCK"], args=[out, x])
+    return out
+
+
+def _topk_target(**declared: Any) -> Target:
+    return make_target(
+        name="topk", sources={"cuda": "topk.cu"},
+        space=Space(BLOCK=[32, 64, 128, 256], TPR=[1, 2, 4, 8, 16, 32], VPT=[1, 2, 4],
+                    constraints=["TPR <= BLOCK", "E % VPT == 0"]),
+        default={"BLOCK": 256, "TPR": 32, "VPT": 1},
+        key=lambda x: {"T": x.shape[0], "E": x.shape[1]},  # no dtype dimension
+        cases=[Case(x=Tensor((16, 32), "float32"))], reference=_reference, **declared)(_topk)
+
+
+def test_declared_vectors_and_work_give_priors_where_names_and_outputs_say_nothing() -> None:
+    key = {"T": 16, "E": 32}
+    plain = _topk_target()
+    assert device_priors(plain, key, [0], DEVICE) == []  # no parameter named like VEC
+    # VPT named, but the work counted from the output (16 x 2): no thread can get a whole vector.
+    outputs = _topk_target(vectors=["VPT"])
+    assert all("per thread" not in label for label, _ in device_priors(outputs, key, [0], DEVICE))
+    # The threads share out the 16 x 32 floats read; the element size comes from that input (float32).
+    t = _topk_target(vectors=["VPT"], work=lambda x: x.size)
+    assert launch_of(t, _args(t), {"BLOCK": 32, "TPR": 8, "VPT": 4}).work == 16 * 32  # type: ignore[union-attr]
+    priors = device_priors(t, key, [0], DEVICE)
+    # 16-byte vectors: 512 / 4 = 128 threads, 8 a row (8 x 4 = the row's 32 floats), one block of 128.
+    assert priors[0] == ("prior: 16-byte vectors, one per thread", {"BLOCK": 128, "TPR": 8, "VPT": 4})
+    assert ("prior: 8-byte vectors, one per thread", {"BLOCK": 256, "TPR": 16, "VPT": 2}) in priors
+
+
+def test_the_example_moe_target_declares_its_vector_width_and_work() -> None:
     t = target("moe_topk_softmax")
+    assert t.vector_params() == ["VPT"]
     key = {"T": 16, "E": 8, "K": 2}
-    assert device_priors(t, key, _cases(t, key), _device_of(landscape(SILU))) == []
+    first = device_priors(t, key, _cases(t, key), _device_of(landscape(SILU)))[0]
+    assert first == ("prior: 16-byte vectors, one per thread", {"BLOCK": 32, "TPR": 2, "VPT": 4})
+
+
+def test_vectors_must_name_whole_number_parameters_of_the_space() -> None:
+    for bad, said in ((["WIDTH"], "not a parameter of the space"), ("VPT", "is a string"),
+                      (["BLOCK"], None)):
+        try:
+            _topk_target(vectors=bad)
+        except SpaceError as exc:
+            assert said is not None and said in str(exc) and "target topk" in str(exc)
+        else:
+            assert said is None  # BLOCK is a whole number parameter: allowed
+    try:
+        make_target(name="f", sources={"cuda": "f.cu"}, space=Space(BLOCK=[64, 128], SCALE=[0.5, 1.0]),
+                    default={"BLOCK": 64, "SCALE": 1.0}, key=lambda x: {"N": x.shape[0]},
+                    cases=[Case(x=Tensor((8,), "float32"))], reference=_reference, vectors=["SCALE"])(_flat)
+    except SpaceError as exc:
+        assert "not element counts" in str(exc) and "[0.5, 1.0]" in str(exc)
+    else:
+        raise AssertionError("a fractional vector width was accepted")
+
+
+def test_a_record_of_another_element_size_carries_its_vector_width_over_in_bytes() -> None:
+    t = _row_target(8, 4096)
+    half, single = {"T": 1, "H": 4096, "dtype": "float16"}, {"T": 16384, "H": 4096, "dtype": "float32"}
+    assert in_bytes(t, {"BLOCK": 512, "VEC": 8}, half, single) == {"BLOCK": 512, "VEC": 4}  # 16 bytes
+    assert in_bytes(t, {"BLOCK": 512, "VEC": 2}, single, half) == {"BLOCK": 512, "VEC": 4}  # 8 bytes
+    # 8 floats would be 16 halves, which the space does not list: kept as recorded.
+    assert in_bytes(t, {"BLOCK": 256, "VEC": 8}, single, half) == {"BLOCK": 256, "VEC": 8}
+    # One half is half a float: kept.
+    assert in_bytes(t, {"BLOCK": 256, "VEC": 1}, half, single) == {"BLOCK": 256, "VEC": 1}
+    same = {"T": 64, "H": 4096, "dtype": "float16"}
+    assert in_bytes(t, {"BLOCK": 256, "VEC": 8}, half, same) == {"BLOCK": 256, "VEC": 8}
+    assert in_bytes(t, {"BLOCK": 256, "VEC": 8}, {"T": 1}, single) == {"BLOCK": 256, "VEC": 8}  # no dtype
+
+
+def test_vector_widths_are_found_by_name_unless_declared() -> None:
+    t = make_target(
+        name="w", sources={"cuda": "w.cu"}, space=Space(BLOCK=[64, 128], WIDTH=[1, 2], PACK=[1, 4], VECTOR=[1, 2],
+                                                      ITEMS=[1, 2]),
+        default={"BLOCK": 64, "WIDTH": 1, "PACK": 1, "VECTOR": 1, "ITEMS": 1}, key=lambda x: {"N": x.shape[0]},
+        cases=[Case(x=Tensor((8,), "float32"))], reference=_reference)(_flat)
+    assert t.vector_params() == ["WIDTH", "PACK", "VECTOR"]
+    assert _topk_target(vectors=[]).vector_params() == []  # declared: none, whatever the names

@@ -134,5 +134,19 @@ def test_a_record_of_other_element_types_is_timed_after_the_priors() -> None:
     other = replace(land, key={"T": 256, "I": 14336, "dtype": "float32"})
     r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
                     records=[record_of(other, seen)])
+    # Its vector width is carried over in bytes: 2 floats (8 bytes) are 4 halves.
     assert [c for c, _ in r.trace[:4]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
-                                           {"BLOCK": 256, "VEC": 4, "ITEMS": 1}, seen]
+                                           {"BLOCK": 256, "VEC": 4, "ITEMS": 1}, {**seen, "VEC": 4}]
+
+
+def test_a_key_never_tuned_times_the_first_prior_and_its_8_byte_twin_before_the_default() -> None:
+    # rmsnorm at T16384 in float32 is over two waves with one 16-byte vector a thread: two a thread
+    # (BLOCK=512, VEC=4) go first, then the same launch with four 8-byte loads (VEC=2, the recorded
+    # optimum), then the default.
+    from ._data import LANDSCAPES
+
+    land = landscape(LANDSCAPES / "rmsnorm-T16384-H4096-float32-NVIDIA_H200.json.gz")
+    t = target("rmsnorm")
+    r = replay_tune(ROOT, t, land, sampler="bo", trials=3, seed=0)
+    assert [c for c, _ in r.trace] == [{"BLOCK": 512, "VEC": 4}, {"BLOCK": 512, "VEC": 2}, dict(t.default)]
+    assert land.optimum.params == {"BLOCK": 512, "VEC": 2}
