@@ -557,8 +557,8 @@ def overall(results: Sequence[LandscapeResult]) -> list[Overall]:
             reached[n] += not math.isinf(med[n])
             counted[n].append(min(med[n], lr.budget + 1))
         for n in names:
-            field_ = [med[m] for m in names if m == n or m not in OWN_STRATEGIES]
-            fewest[n] += not math.isinf(med[n]) and med[n] <= min(field_)
+            against = [med[m] for m in names if m == n or m not in OWN_STRATEGIES]
+            fewest[n] += not math.isinf(med[n]) and med[n] <= min(against)
     out = [Overall(n, reached[n], ran[n], sum(counted[n]),
                    math.exp(statistics.fmean(math.log(v) for v in counted[n])) if counted[n] else math.nan,
                    fewest[n]) for n in names]

@@ -11,7 +11,7 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
 * expected improvement over the best timing so far, for the configurations not yet tried (timed,
   failed, queued, or being timed by another process), so no configuration is proposed twice;
 * only those nearest the best timed so far compete: one step from it (a step is a move to the
-  next listed value of one parameter, or to another value of a categorical one), then two steps
+  next value, in order, of one parameter, or to another value of a categorical one), then two steps
   once all at one step were tried, and so on. A model fitted to a handful of timings is at its most
   reliable next to them; left to the whole space, it sends the early trials to the corners its
   uncertainty is largest in. A better timing moves the centre, and the search narrows again.

@@ -32,10 +32,11 @@ threads share out, such as a top-k over rows).
    width that gives the most SMs a block, then keeps the most threads resident.
 3. **16-byte vector loads** with the default's other parameters.
 
-The tuner (``tune_key``) times the first of these first for a key not tuned yet (after the
-parameters in use and the default for a key tuned before), then the results recorded for keys of the
-same element types, then the rest of these, then the results recorded for keys of other element
-types; the sampler takes over from there.
+The tuner (``tune_key``) times the leading ones first for a key not tuned yet (``leading``: the
+first, with its 8-byte twin when it has one), before the default; for a key tuned before, after the
+parameters in use and the default. Then the results recorded for keys of the same element types,
+then the rest of these, then the results recorded for keys of other element types (their vector
+widths carried over in bytes, ``in_bytes``); the sampler takes over from there.
 """
 
 from __future__ import annotations

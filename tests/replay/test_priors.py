@@ -325,3 +325,15 @@ def test_vector_widths_are_found_by_name_unless_declared() -> None:
         cases=[Case(x=Tensor((8,), "float32"))], reference=_reference)(_flat)
     assert t.vector_params() == ["WIDTH", "PACK", "VECTOR"]
     assert _topk_target(vectors=[]).vector_params() == []  # declared: none, whatever the names
+
+
+def test_a_work_function_that_fails_is_an_error_naming_the_target() -> None:
+    from pytest_ktune._errors import KtuneError
+
+    t = _topk_target(vectors=["VPT"], work=lambda x: x.no_such_attribute)
+    try:
+        device_priors(t, {"T": 16, "E": 32}, [0], DEVICE)
+    except KtuneError as exc:
+        assert "work function failed" in str(exc) and "target topk" in str(exc)
+    else:
+        raise AssertionError("a broken work= function went unnoticed")
