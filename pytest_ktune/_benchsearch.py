@@ -520,10 +520,13 @@ def versus(results: Sequence[LandscapeResult]) -> list[tuple[LandscapeResult, fl
     return out
 
 
-def summary_lines(results: Sequence[LandscapeResult]) -> list[str]:
-    """Per landscape: the default strategy's median trials to 3 % against the best other strategy's."""
+def summary_lines(results: Sequence[LandscapeResult],
+                  vs: Sequence[tuple[LandscapeResult, float, str, float, str]] | None = None) -> list[str]:
+    """Per landscape: the default strategy's median trials to 3 % against the best other strategy's
+    (``vs``: ``versus(results)``, when it is at hand)."""
     return [f"{lr.land.label}: ktune {_trials_text(m, lr.budget)} trials to 3 %, best other "
-            f"{who} {_trials_text(b, lr.budget)}: {verdict}" for lr, m, who, b, verdict in versus(results)]
+            f"{who} {_trials_text(b, lr.budget)}: {verdict}"
+            for lr, m, who, b, verdict in (versus(results) if vs is None else vs)]
 
 
 @dataclass(frozen=True)
@@ -604,9 +607,10 @@ def run(root: Path, paths: Sequence[Path], settings: BenchSettings, out_dir: Pat
         budget_for(p.land, settings.budget)  # a bad budget fails before anything runs
     results = bench(problems, settings)
     md = markdown(results, settings)
-    summary = summary_lines(results)
+    vs = versus(results)
+    summary = summary_lines(results, vs)
     if summary:
-        tally = [v for *_, v in versus(results)]
+        tally = [v for *_, v in vs]
         md += ("\n## The default strategy against the best other\n\n" + "\n".join(f"- {s}" for s in summary)
                + f"\n\nFewer on {tally.count('fewer')}, as many on {tally.count('as many')}, more on "
                f"{tally.count('MORE')}, of {len(tally)}.\n")

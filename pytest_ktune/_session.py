@@ -288,7 +288,8 @@ class Session:
                 f"{numbers}, but the source and parameters are those of the baseline: "
                 "the machine differs from the one that recorded it, or is noisy")))
         with tempfile.TemporaryDirectory(prefix="ktune-baseline-") as scratch:
-            old_source = None if same_source else self._baseline_source(job, base, Path(scratch), row, numbers)
+            old_source = None if same_source else self._baseline_source(
+                job, base, Path(scratch), row, numbers, same_file=same_file, same_includes=same_includes)
             try:
                 sets_a, flush = self._launch_sets(job, params, "ab-current")
                 sets_b, _ = self._launch_sets(job, base.params, "ab-baseline", source=old_source)
@@ -320,23 +321,25 @@ class Session:
             f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
             "--ktune-update-baseline.")
 
-    def _baseline_source(self, job: Job, base: Baseline, scratch: Path, row: Row, numbers: str) -> str:
+    def _baseline_source(self, job: Job, base: Baseline, scratch: Path, row: Row, numbers: str, *,
+                         same_file: bool, same_includes: bool) -> str:
         """The baseline's source, to compile for the A/B: the source file, from git at the baseline's
-        commit where it changed, and where the files it includes changed too, the baseline's copies of
-        them, from git, written under ``scratch`` with the includes pointed at them. Where git cannot
-        give them, the slowdown cannot be confirmed: raises Regression."""
+        commit where it changed (not ``same_file``), and where the files it includes changed too (not
+        ``same_includes``), the baseline's copies of them, from git, written under ``scratch`` with the
+        includes pointed at them. Where git cannot give them, the slowdown cannot be confirmed: raises
+        Regression."""
         target, backend = job.target, job.backend
         root, commit = self.settings.root, base.commit
         path = target.source_path(backend.name)
         text = target.source_text(backend.name)
-        if source_hash(text) != base.source_hash:
+        if not same_file:
             old = _git.file_at(root, commit, path) if commit else None
             if old is None or source_hash(old) != base.source_hash:
                 self._unconfirmed(job, row, numbers, "old source not in git",
                                   "The source changed since the baseline, and git holds no copy of the "
                                   f"baseline's source at commit {commit or '(none recorded)'}")
             text = old
-        if base.deps_hash in (None, target.deps_hash(backend.name)):
+        if same_includes:
             return text
         not_in_git: list[Path] = []
 

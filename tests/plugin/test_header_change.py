@@ -8,23 +8,13 @@ import json
 
 import pytest
 
-from ._kit import Project, case, failure_section, lit, scale_target, summary_rows
+from ._kit import SCALE_CL, Project, case, failure_section, lit, scale_target, summary_rows
 
-# The scale kernel of _kit, with its busy work (ROUNDS rounds of sin() per element, which never change
-# the output) set in a header it includes.
-SCALE_WITH_HEADER_CL = """\
-#include "work.h"
-__kernel void scale(__global float* out, __global const float* x, float a, int n) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    const float v = x[i] * a;
-    float t = v;
-    for (int r = 0; r < ROUNDS; ++r) t = sin(t);
-    out[i] = (t == 12345.0f) ? 0.0f : v;
-}
-"""
-FAST_HEADER = "#define ROUNDS 4\n"
-SLOW_HEADER = "#define ROUNDS 64\n"  # 16x the busy work
+# The scale kernel of _kit, with its busy work (REPEAT rounds of sin() per element, which never change
+# the output) set in a header it includes, ahead of the kernel's own fallback.
+SCALE_WITH_HEADER_CL = '#include "work.h"\n' + SCALE_CL
+FAST_HEADER = "#define REPEAT 4\n"
+SLOW_HEADER = "#define REPEAT 64\n"  # 16x the busy work
 
 SCALE = scale_target(source="scaleh.cl", cases=case(16384, case_id="n16k"))
 GITIGNORE = ".ktune/\n.cache/\n__pycache__/\nrunpytest-*\nstdout\nstderr\n"
