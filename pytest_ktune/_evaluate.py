@@ -212,7 +212,7 @@ def timing_sets(job: Job, params: Mapping[str, Value], seed: int, *, repro: str 
     cache between samples."""
     sets = [verify_once(job, params, seed, repro=repro, source=source, cache=cache)]
     work = job.target.bytes_for(job.target.case_args(job.case)) or 2 * job.case.input_bytes
-    l2 = job.backend.device.l2_bytes
+    l2 = job.backend.device.timing_cache_bytes
     for j in range(1, rotation_for(work, l2, job.case.warm_cache)):
         host = draw_inputs(job.case, seed + j)
         _, launches = run(job.backend, job.target, params, upload(job.backend, host), source=source)

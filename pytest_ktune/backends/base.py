@@ -31,11 +31,68 @@ class DeviceInfo:
     l2_bytes: int
     global_mem_bytes: int
     warp_size: int
+    # The largest single buffer the device allows (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE); 0 where
+    # the device reports none, and then its global memory bounds a buffer.
+    max_alloc_bytes: int = 0
+    kind: str = "gpu"  # "gpu", "cpu" or "accelerator": what the device is, as it reports itself
 
     @property
     def id(self) -> str:
         """The device as the params file names it."""
         return f"{self.name} [{self.backend}]"
+
+    @property
+    def scratch_limit(self) -> int:
+        """The most bytes one scratch buffer of the timing harness (copy, flush) may take: what the
+        device allows in one allocation, and at most ``SCRATCH_SHARE`` of its memory, so that the
+        buffers never crowd out the kernels' own."""
+        share = max(self.global_mem_bytes // SCRATCH_SHARE, 1 << 20)
+        return min(self.max_alloc_bytes, share) if self.max_alloc_bytes > 0 else share
+
+    @property
+    def timing_cache_bytes(self) -> int:
+        """The cache that timing defeats (by rotating input sets, and flushing): the device's
+        reported last-level cache, as far as the scratch buffers can cover twice its size."""
+        return max(1, min(self.l2_bytes, self.scratch_limit // 2))
+
+
+#: Scratch buffers take at most this fraction (1/8) of device memory each: the copy-bandwidth
+#: measurement holds two of them at once, beside whatever the session has allocated.
+SCRATCH_SHARE = 8
+
+
+def copy_buffer_bytes(device: DeviceInfo, cache_multiple: int, floor: int) -> int:
+    """Bytes of each of the two buffers of the copy-bandwidth measurement: ``cache_multiple`` times
+    the device's cache (so the copy streams from memory), at least ``floor``, and never more than
+    the device allows (``DeviceInfo.scratch_limit``); a multiple of 16 (the copy kernel's vector)."""
+    want = max(cache_multiple * device.l2_bytes, floor)
+    nbytes = min(want, device.scratch_limit)
+    return max(16, nbytes - nbytes % 16)
+
+
+def flush_bytes(device: DeviceInfo, touched: int | None = None) -> int:
+    """Bytes written before a timing sample to evict what the previous one left in the cache.
+
+    On a GPU, twice its cache (within ``scratch_limit``): 100 MB on an H200, a few tens of
+    microseconds. On a CPU the last-level cache the device reports can be hundreds of MiB (a large
+    host's L3, shared by every core): twice that would cost more than the sample, every sample. There
+    the flush writes twice what the sample touches (``touched``, the bytes of the arrays its
+    launches read and write), which is what it is there to flush, within the same limits."""
+    nbytes = min(2 * device.timing_cache_bytes, device.scratch_limit)
+    if device.kind == "cpu" and touched is not None and touched > 0:
+        nbytes = min(nbytes, 2 * touched)
+    return max(nbytes, min(1 << 20, device.scratch_limit))
+
+
+def touched_bytes(launch_sets: Sequence[Sequence[Launch]], owns: Callable[[Any], bool]) -> int:
+    """Bytes of the distinct device arrays (``owns`` tells them) among the launches' arguments."""
+    seen: dict[int, int] = {}
+    for launches in launch_sets:
+        for launch in launches:
+            for a in launch.args:
+                if owns(a):
+                    seen[id(a)] = int(a.nbytes)
+    return sum(seen.values())
 
 
 @dataclass(frozen=True)

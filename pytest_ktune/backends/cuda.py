@@ -14,7 +14,16 @@ import numpy as np
 from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
 from .._target import as_dtype, deps_hash, include_closure, is_bfloat16, read_local
 from ._compile_log import annotate
-from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
+from .base import (
+    DeviceInfo,
+    KernelFunction,
+    Launch,
+    Resources,
+    copy_buffer_bytes,
+    flush_bytes,
+    poison_value,
+    scalar_arg,
+)
 
 if TYPE_CHECKING:
     from .._target import Tolerance
@@ -189,6 +198,8 @@ class CudaBackend:
             l2_bytes=int(props["l2CacheSize"]),
             global_mem_bytes=int(props["totalGlobalMem"]),
             warp_size=int(props["warpSize"]),
+            max_alloc_bytes=int(props["totalGlobalMem"]),  # CUDA sets no limit per allocation
+            kind="gpu",
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
@@ -271,7 +282,7 @@ class CudaBackend:
 
     def flush_cache(self) -> None:
         if self._flush_buf is None:
-            self._flush_buf = self.cp.empty(2 * self.device.l2_bytes, dtype=np.uint8)
+            self._flush_buf = self.cp.empty(flush_bytes(self.device), dtype=np.uint8)
         self._flush_buf.fill(1)
 
     def copy_bandwidth(self) -> float:
@@ -282,8 +293,7 @@ class CudaBackend:
     def _measure_copy(self) -> float:
         """Best of cudaMemcpy device-to-device and a 16-byte-vector copy kernel, bytes read + written."""
         cp = self.cp
-        nbytes = max(16 * self.device.l2_bytes, 256 << 20)
-        nbytes -= nbytes % 16
+        nbytes = copy_buffer_bytes(self.device, cache_multiple=16, floor=256 << 20)
         src = cp.empty(nbytes, dtype=np.uint8)
         src.fill(3)
         dst = cp.empty(nbytes, dtype=np.uint8)

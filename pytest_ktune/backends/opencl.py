@@ -14,7 +14,17 @@ import numpy as np
 from .._errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 from .._target import as_dtype, is_bfloat16
 from ._compile_log import annotate
-from .base import DeviceInfo, KernelFunction, Launch, Resources, poison_value, scalar_arg
+from .base import (
+    DeviceInfo,
+    KernelFunction,
+    Launch,
+    Resources,
+    copy_buffer_bytes,
+    flush_bytes,
+    poison_value,
+    scalar_arg,
+    touched_bytes,
+)
 
 INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
 
@@ -123,11 +133,12 @@ class _Timer:
         self.sets = launch_sets
         self.repeats = repeats
         self.mode = "queue"
+        self.touched = touched_bytes(launch_sets, backend.owns)
 
     def sample(self, flush: bool) -> float:
         cl = self.backend.cl
         if flush:
-            self.backend.flush_cache()
+            self.backend.flush_cache(self.touched)
         gate = cl.UserEvent(self.backend.context)
         first = last = None
         for _ in range(self.repeats):
@@ -183,10 +194,18 @@ class OpenCLBackend:
             l2_bytes=int(dev.global_mem_cache_size),
             global_mem_bytes=int(dev.global_mem_size),
             warp_size=1,
+            max_alloc_bytes=int(dev.max_mem_alloc_size),
+            kind=_kind(cl, dev),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
+        self.copy_bytes = 0  # each buffer of the last copy-bandwidth measurement
         self.cache_dir: Path | None = None
+
+    @property
+    def flush_buffer_bytes(self) -> int:
+        """The size of the flush buffer now held (0 before the first flush)."""
+        return 0 if self._flush_buf is None else int(self._flush_buf.size)
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:
         cl = self.cl
@@ -234,11 +253,14 @@ class OpenCLBackend:
     def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> _Timer:
         return _Timer(self, launch_sets, repeats)
 
-    def flush_cache(self) -> None:
-        if self._flush_buf is None:
-            nbytes = max(2 * self.device.l2_bytes, 1 << 20)
+    def flush_cache(self, touched: int | None = None) -> None:
+        """Write ``flush_bytes`` bytes (one buffer, kept at the largest size asked for so far)."""
+        nbytes = flush_bytes(self.device, touched)
+        if self._flush_buf is None or self._flush_buf.size < nbytes:
+            if self._flush_buf is not None:
+                self._flush_buf.release()
             self._flush_buf = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, nbytes)
-        self.cl.enqueue_fill_buffer(self.queue, self._flush_buf, np.uint8(1), 0, self._flush_buf.size)
+        self.cl.enqueue_fill_buffer(self.queue, self._flush_buf, np.uint8(1), 0, nbytes)
 
     def copy_bandwidth(self) -> float:
         if self._bandwidth is None:
@@ -247,8 +269,8 @@ class OpenCLBackend:
 
     def _measure_copy(self) -> float:
         cl = self.cl
-        nbytes = max(8 * self.device.l2_bytes, 64 << 20)
-        nbytes -= nbytes % 16
+        nbytes = copy_buffer_bytes(self.device, cache_multiple=8, floor=64 << 20)
+        self.copy_bytes = nbytes
         src = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
         dst = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
         cl.enqueue_fill_buffer(self.queue, src, np.uint8(3), 0, nbytes)
@@ -276,6 +298,12 @@ class OpenCLBackend:
         import gc
 
         gc.collect()
+
+
+def _kind(cl: Any, dev: Any) -> str:
+    if dev.type & cl.device_type.CPU:
+        return "cpu"
+    return "gpu" if dev.type & cl.device_type.GPU else "accelerator"
 
 
 def _refuse_bfloat16(dtype: Any, shape: tuple[int, ...]) -> None:
