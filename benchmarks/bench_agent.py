@@ -45,13 +45,17 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune._discover import import_file  # noqa: E402
-from pytest_ktune._space import Value  # noqa: E402
-from pytest_ktune._target import Target  # noqa: E402
-from pytest_ktune._tuner import TuneContext, TuneSettings, cases_by_key, key_label, tune_key  # noqa: E402
-from pytest_ktune._worker import TargetRef, WorkerPool, WorkerSpec  # noqa: E402
-from pytest_ktune.agent._proposal import Proposal, check_proposal, proposal_target  # noqa: E402
+from pytest_ktune.agent._check import check_proposal  # noqa: E402
+from pytest_ktune.agent._proposal import Proposal  # noqa: E402
 from pytest_ktune.agent._rules import device_max_threads, rule_proposal  # noqa: E402
+from pytest_ktune.agent._sandbox import proposal_target  # noqa: E402
+from pytest_ktune.core.discover import import_file  # noqa: E402
+from pytest_ktune.core.keys import cases_by_key, key_label  # noqa: E402
+from pytest_ktune.core.space import Value  # noqa: E402
+from pytest_ktune.core.target import Target  # noqa: E402
+from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec  # noqa: E402
+from pytest_ktune.tuner.settings import TuneContext, TuneSettings  # noqa: E402
+from pytest_ktune.tuner.tune import tune_key  # noqa: E402
 
 NAIVE = Path(__file__).resolve().parent / "naive"
 SCRIPTED = NAIVE / "scripted"

@@ -56,21 +56,16 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune._bench import (  # noqa: E402
-    BenchConfig,
-    Measurement,
-    measure,
-    measure_ab,
-    rotation_for,
-    should_flush,
-)
-from pytest_ktune._errors import BackendUnavailable, KtuneError, MismatchError, StoreError  # noqa: E402
-from pytest_ktune._runtime import run  # noqa: E402
-from pytest_ktune._store import Store, target_id  # noqa: E402
-from pytest_ktune._target import Case, Target, bfloat16_dtype, is_bfloat16  # noqa: E402
-from pytest_ktune._verify import call_reference, case_seed, check_outputs, draw_inputs, upload  # noqa: E402
 from pytest_ktune.backends import Backend, Launch, create, resolve  # noqa: E402
 from pytest_ktune.backends.base import DeviceInfo, Resources, Timer  # noqa: E402
+from pytest_ktune.core.case import Case  # noqa: E402
+from pytest_ktune.core.dtypes import bfloat16_dtype, is_bfloat16  # noqa: E402
+from pytest_ktune.core.errors import BackendUnavailable, KtuneError, MismatchError, StoreError  # noqa: E402
+from pytest_ktune.core.store import Store, target_id  # noqa: E402
+from pytest_ktune.core.target import Target  # noqa: E402
+from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab, rotation_for, should_flush  # noqa: E402
+from pytest_ktune.measure.runtime import run  # noqa: E402
+from pytest_ktune.measure.verify import call_reference, case_seed, check_outputs, draw_inputs, upload  # noqa: E402
 
 Params = dict[str, Any]
 
@@ -489,6 +484,7 @@ class TimerSwap:
         self.inner = inner
         self.name = inner.name
         self.device = inner.device
+        self.cache_dir = inner.cache_dir
         self._make_timer = make_timer
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> Any:

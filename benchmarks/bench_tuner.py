@@ -45,19 +45,16 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune._errors import KtuneError  # noqa: E402
-from pytest_ktune._space import Value, config_key  # noqa: E402
-from pytest_ktune._target import Target  # noqa: E402
-from pytest_ktune._tuner import (  # noqa: E402
-    Encoding,
-    TuneContext,
-    TuneOutcome,
-    TuneSettings,
-    cases_by_key,
-    make_sampler,
-    tune_key,
-)
-from pytest_ktune._worker import CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec  # noqa: E402
+from pytest_ktune.core.errors import KtuneError  # noqa: E402
+from pytest_ktune.core.keys import cases_by_key  # noqa: E402
+from pytest_ktune.core.space import Value, config_key  # noqa: E402
+from pytest_ktune.core.target import Target  # noqa: E402
+from pytest_ktune.measure.worker import CaseTime, Outcome, TargetRef, WorkerPool, WorkerSpec  # noqa: E402
+from pytest_ktune.tuner.encoding import Encoding  # noqa: E402
+from pytest_ktune.tuner.outcome import TuneOutcome  # noqa: E402
+from pytest_ktune.tuner.samplers import make_sampler  # noqa: E402
+from pytest_ktune.tuner.settings import TuneContext, TuneSettings  # noqa: E402
+from pytest_ktune.tuner.tune import tune_key  # noqa: E402
 
 TOLERANCES = (0.05, 0.03)  # "within 5 %" and "within 3 %" of the optimum
 GOAL_TOL = 0.03
@@ -344,7 +341,7 @@ def study_rows(ctx: TuneContext, study_name: str, target: Target) -> tuple[list[
         import optuna
         from optuna.trial import TrialState
 
-        from pytest_ktune._tuner import open_storage
+        from pytest_ktune.tuner.storage import open_storage
 
         storage, _ = open_storage(ctx.settings.storage, ctx.scratch)
         study = optuna.load_study(study_name=study_name, storage=storage)
@@ -529,7 +526,7 @@ def cross_check(land: Landscape, run: Run, batch: int) -> dict[str, Any]:
     try:
         from optuna.trial import TrialState
 
-        from pytest_ktune._tuner import _Loop
+        from pytest_ktune.tuner.loop import _Loop
 
         target, key = land.choice.target, land.choice.key
         study, enc = new_study(target, key, run.sampler, run.seed)

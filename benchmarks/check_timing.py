@@ -36,9 +36,9 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune._bench import BenchConfig, Measurement, measure, rotation_for, should_flush  # noqa: E402
-from pytest_ktune._errors import BackendUnavailable  # noqa: E402
 from pytest_ktune.backends import Backend, KernelFunction, Launch, create, resolve  # noqa: E402
+from pytest_ktune.core.errors import BackendUnavailable  # noqa: E402
+from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, rotation_for, should_flush  # noqa: E402
 
 CUDA_SRC = r"""
 extern "C" __global__ void timing_copy(const uint4* __restrict__ src, uint4* __restrict__ dst,

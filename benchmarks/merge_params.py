@@ -21,14 +21,14 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune import _git  # noqa: E402
-from pytest_ktune._store import Record, Store  # noqa: E402
-from pytest_ktune._target import source_hash  # noqa: E402
+from pytest_ktune.core import git as _git  # noqa: E402
+from pytest_ktune.core.includes import source_hash  # noqa: E402
+from pytest_ktune.core.store import Record, Store  # noqa: E402
 
 
 def commit_for(root: Path, source_path: str, wanted: str) -> str | None:
     """The newest commit whose ``source_path`` (relative to ``root``) hashes to ``wanted``."""
-    for commit in (_git._git(root, "log", "--format=%H", "--", source_path) or "").split():
+    for commit in (_git.output(root, "log", "--format=%H", "--", source_path) or "").split():
         text = _git.file_at(root, commit, root / source_path)
         if text is not None and source_hash(text) == wanted:
             return commit

@@ -29,8 +29,8 @@ import _common as common
 
 common.add_repo_to_path()
 
-from pytest_ktune._discover import discover  # noqa: E402
-from pytest_ktune._target import Target  # noqa: E402
+from pytest_ktune.core.discover import discover  # noqa: E402
+from pytest_ktune.core.target import Target  # noqa: E402
 
 
 def find_lib(explicit: str | None) -> str:

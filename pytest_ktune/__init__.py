@@ -10,16 +10,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from pytest_ktune.core.version import __version__
 
 _EXPORTS = {
-    "BackendUnavailable": "_errors", "CompileError": "_errors", "KtuneError": "_errors",
-    "LaunchError": "_errors", "MismatchError": "_errors", "ReferenceShapeError": "_errors",
-    "SpaceError": "_errors", "StoreError": "_errors",
-    "Kernel": "_runtime", "cdiv": "_runtime",
-    "Space": "_space",
-    "Case": "_target", "Target": "_target", "Tensor": "_target", "Tolerance": "_target",
-    "bucket": "_target", "target": "_target",
+    "BackendUnavailable": "core.errors", "CompileError": "core.errors", "KtuneError": "core.errors",
+    "LaunchError": "core.errors", "MismatchError": "core.errors", "ReferenceShapeError": "core.errors",
+    "SpaceError": "core.errors", "StoreError": "core.errors",
+    "Kernel": "measure.runtime", "cdiv": "core.launch",
+    "Space": "core.space",
+    "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
+    "Tolerance": "core.case", "bucket": "core.case", "target": "measure.production",
 }
 
 __all__ = [
@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from ._errors import (
+    from pytest_ktune.core.case import Case, Tensor, Tolerance, bucket
+    from pytest_ktune.core.errors import (
         BackendUnavailable,
         CompileError,
         KtuneError,
@@ -39,15 +40,18 @@ if TYPE_CHECKING:
         SpaceError,
         StoreError,
     )
-    from ._runtime import Kernel, cdiv
-    from ._space import Space
-    from ._target import Case, Target, Tensor, Tolerance, bucket, target
+    from pytest_ktune.core.launch import cdiv
+    from pytest_ktune.core.space import Space
+    from pytest_ktune.measure.production import LaunchTarget as Target
+    from pytest_ktune.measure.production import target
+    from pytest_ktune.measure.runtime import Kernel
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    where = _EXPORTS.get(name)
+    if where is None:
         raise AttributeError(f"module 'pytest_ktune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
     globals()[name] = value
     return value

@@ -9,25 +9,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._errors import KtuneError
-from ._samplers import DEFAULT_SAMPLER, SAMPLERS
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
 
 if TYPE_CHECKING:
-    from ._target import Target
-    from ._tuner import TuneContext
-    from .agent._loop import AgentSettings
+    from pytest_ktune.run.options import RunOptions
 
 
 def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, default=Path.cwd(),
-                   help="the project root: where ktune-params.json and .ktune/ live (default: .)")
-    p.add_argument("--backend", default="auto", choices=("auto", "cuda", "opencl"),
-                   help="auto: cuda when a GPU is visible, else opencl")
+                   help="the project root: where .ktune/ lives and the params file is looked for (default: .)")
+    p.add_argument("--params", default=None, metavar="PATH",
+                   help="the params file (default: $KTUNE_PARAMS, else the nearest ktune-params.json at or above "
+                        "--root, else one in --root)")
+    p.add_argument("--backend", default=AUTO, metavar="NAME",
+                   help=f"{' or '.join(BACKENDS)}, a plugin's backend, or {AUTO}: cuda when a GPU is visible, "
+                        "else opencl")
     p.add_argument("--trials", type=int, default=40, help="timed trials per key (default 40)")
     p.add_argument("--timeout", type=float, default=None, help="wall-time budget per key, in seconds")
-    p.add_argument("--sampler", default=DEFAULT_SAMPLER, choices=SAMPLERS,
-                   help="the search after the warm starts (default: bo, a Gaussian process over the "
-                        "feasible configurations; grid times every one)")
+    p.add_argument("--sampler", default=DEFAULT_SAMPLER, metavar="NAME",
+                   help=f"the search after the warm starts: {', '.join(SAMPLERS)} or a plugin's (default: bo, a "
+                        "Gaussian process over the feasible configurations; grid times every one)")
     p.add_argument("--storage", default=None,
                    help="an Optuna storage URL (e.g. postgresql://...) shared by several workers; "
                         "default: a journal file under .ktune/")
@@ -44,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--autotune", action="store_true",
                       help="only keys with no tuned entry yet for this device, or whose entry was tuned on "
                            "another version of the kernel's source")
-    tune.add_argument("--write", default="none", choices=("none", "file", "patch", "commit", "pr"),
-                      help="none: report only (the default); file: update ktune-params.json in place; patch: a "
+    tune.add_argument("--write", default=DEFAULT_WRITE, metavar="MODE",
+                      help=f"{', '.join(WRITE_MODES)} or a plugin's mode. none: report only (the default); "
+                           "file: update the params file in place; patch: a "
                            "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
                            "push and open or update a pull request (GITHUB_TOKEN)")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
@@ -84,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     record.add_argument("--samples", type=int, default=5,
                         help="timing samples per configuration (default 5; 0: the timer's own default)")
     record.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
-    record.add_argument("--backend", default="auto", choices=("auto", "cuda", "opencl"))
+    record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS))
     record.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
     record.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the timing order")
     search = sub.add_parser("bench-search", help="compare search strategies on recorded landscapes")
@@ -99,92 +102,99 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes running seeds side by side (default: one per CPU)")
-    from .agent._templatize import add_parser as _templatize_parser
+    from pytest_ktune.agent import add_templatize_parser
 
-    _templatize_parser(sub)
+    add_templatize_parser(sub)
     return ap
 
 
-def _settings(args: argparse.Namespace, *, write: bool) -> object:
-    from ._tuner import TuneSettings
+def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
+    """The command's arguments as the options of one run, the same as pytest's (``run.options``)."""
+    from pytest_ktune.run.options import RunOptions
 
-    return TuneSettings(trials=args.trials, timeout_s=args.timeout, sampler=args.sampler, storage=args.storage,
-                        seed=args.seed, trial_timeout_s=args.trial_timeout, write=write)
+    mode = "none" if getattr(args, "no_write", False) else getattr(args, "write", "none")
+    return RunOptions(root=args.root.resolve(), params=getattr(args, "params", None), backend=args.backend,
+                      seed=args.seed, tune=tune and not getattr(args, "autotune", False),
+                      autotune=getattr(args, "autotune", False), trials=args.trials, tune_timeout=args.timeout,
+                      sampler=args.sampler, storage=args.storage, write=mode, trial_timeout=args.trial_timeout,
+                      agent=getattr(args, "agent", False), model=getattr(args, "model", None),
+                      agent_iterations=getattr(args, "agent_iterations", 12),
+                      command="ktune " + " ".join(sys.argv[1:]))
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from . import backends
-    from ._discover import discover, select
-    from ._store import Store, key_string, target_id
-    from ._tuner import TuneContext, TuneSettings, baseline_is_stale, cases_by_key, tune_key
+    from pytest_ktune import backends
+    from pytest_ktune.agent import AGENT_OFF
+    from pytest_ktune.core.discover import discover, select
+    from pytest_ktune.core.keys import cases_by_key, key_string
+    from pytest_ktune.core.store import Store, target_id
+    from pytest_ktune.run.extensions import cli_manager
+    from pytest_ktune.run.options import build
+    from pytest_ktune.run.tuning import Tuning, autotune_choice
 
-    root = args.root.resolve()
-    mode = "none" if args.no_write else args.write
-    settings = _settings(args, write=mode == "file")
-    assert isinstance(settings, TuneSettings)
-    settings.check()
-    agent = _agent_settings(args)
-    backend = backends.resolve(args.backend)
+    settings = build(_options(args, tune=True), cli_manager().hook)
+    assert settings.tune is not None
+    root = settings.root
+    if settings.agent is not None:
+        model = settings.agent.model
+        print(f"ktune: agent: model {model.model}" if model else f"ktune: {AGENT_OFF}", file=sys.stderr)
+    backend = backends.resolve(settings.backend)
     targets = select(discover(root), args.targets, root)
     if not targets:
         raise KtuneError(f"no @ktune.target found under {root}", hint="run from the project root, or pass --root")
-    ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=backend, settings=settings,
-                      progress=sys.stderr)
-    store = Store.load(ctx.params_path)
+    tuning = Tuning(root=root, params_path=settings.params_path, backend=backend, settings=settings.tune,
+                    extensions=settings.extensions, agent=settings.agent, progress=sys.stderr,
+                    command=settings.command, write_mode=settings.write_mode)
+    store = Store.load(settings.params_path)
     failures = 0
-    outcomes = []
     device_id: str | None = None
     for target in targets:
         if backend not in target.sources:
             print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
             continue
-        if agent is not None:
-            failures += _run_agent(agent, ctx, target)
         for key, cases in cases_by_key(target, backend).values():
-            if args.autotune:
+            if settings.autotune:
                 if device_id is None:  # one backend for the device's name, not one per key
-                    device_id = backends.create(backend).device.id
-                rec = store.find(target_id(target, root), device_id, key)
-                if rec is not None and rec.tuned is not None:
-                    if not baseline_is_stale(rec, target, backend):
-                        print(f"{target.name} {key_string(key)}: already tuned on {rec.tuned.date}, skipped")
-                        continue
-                    print(f"{target.name} {key_string(key)}: tuned on {rec.tuned.date} for another version of "
-                          "its source; the source has changed since, tuning again")
+                    device_id = backends.create(backend, settings.extensions.backend).device.id
+                tune, why = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
+                                            regressed=False)
+                if not tune:
+                    print(f"{target.name} {key_string(key)}: already {why}, skipped")
+                    continue
+                if "source" in why:
+                    print(f"{target.name} {key_string(key)}: {why}, tuning again")
             try:
-                out = tune_key(ctx, target, key, cases)
+                out = tuning.tune(target, key, tuple(cases))
             except KtuneError as exc:
                 failures += 1
                 print(f"error: {exc.render()}", file=sys.stderr)
                 continue
-            outcomes.append(out)
-            if settings.write:
+            if settings.tune.write:
                 change = "params file updated" if out.written else "params file unchanged"
             else:
-                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {mode})"
+                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {args.write})"
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
                   f"{out.decision}; {change}; report: {out.report}")
-    if outcomes:
-        from ._deliver import deliver
-
-        copy_bw = None
-        if mode in ("patch", "commit", "pr") and any(o.changes for o in outcomes):
-            copy_bw = backends.create(backend).copy_bandwidth()
-        print("ktune: " + deliver(mode, root=root, params_path=ctx.params_path, outcomes=outcomes,
-                                  device=outcomes[0].device, copy_bandwidth=copy_bw,
-                                  command="ktune " + " ".join(sys.argv[1:])))
+    for result in tuning.agents.values():
+        print(result.message)
+        if result.transcript is not None:
+            print(f"  transcript: {result.transcript} ({result.usage})")
+        failures += result.status == "error"
+    line = tuning.finish()
+    if line:
+        print(f"ktune: {line}")
     return 1 if failures else 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from ._record import RecordSettings, parse_bytes, parse_key, run_record
+    from pytest_ktune.lab.record import RecordSettings, parse_bytes, parse_key, run_record
 
     if args.samples < 0:
         raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")
     settings = RecordSettings(samples=args.samples or None, trial_timeout_s=args.trial_timeout, seed=args.seed)
     if args.redo is not None:
-        from ._record import run_redo
+        from pytest_ktune.lab.record import run_redo
 
         if args.targets or args.key or args.keys != "given" or args.max_bytes:
             raise KtuneError("--redo takes its targets and keys from the landscape files",
@@ -204,7 +214,9 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace) -> int:
-    from ._benchsearch import DEFAULT_STRATEGIES, BenchSettings, run
+    from pytest_ktune.lab.benchsearch import run
+    from pytest_ktune.lab.results import BenchSettings
+    from pytest_ktune.lab.strategies import DEFAULT_STRATEGIES
 
     if args.seeds < 1:
         raise KtuneError("--seeds must be 1 or more", hint="e.g. --seeds 11")
@@ -215,43 +227,13 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent_settings(args: argparse.Namespace) -> AgentSettings | None:
-    """The agent's settings under --agent (its model None: the rule-based templater), else None."""
-    if not args.agent:
-        return None
-    from .agent._client import ModelSettings
-    from .agent._loop import AGENT_OFF, AgentSettings
-
-    agent = AgentSettings(model=ModelSettings.from_env(args.model), iterations=args.agent_iterations)
-    agent.check()
-    print(f"ktune: agent: model {agent.model.model}" if agent.model else f"ktune: {AGENT_OFF}", file=sys.stderr)
-    return agent
-
-
-def _run_agent(agent: AgentSettings, ctx: TuneContext, target: Target) -> int:
-    """The agent stage for one target (before its search); 1 when it failed."""
-    from .agent._loop import rules_fallback, run_agent
-    from .agent._tools import Bench
-
-    bench = Bench(root=ctx.root, params_path=ctx.params_path, backend=ctx.backend, base=target,
-                  tune=ctx.settings, progress=ctx.progress)
-    try:
-        result = run_agent(bench, agent, write=ctx.settings.write) if agent.model else \
-            rules_fallback(bench, write=ctx.settings.write)
-    except KtuneError as exc:
-        print(f"error: the agent stage failed: {exc.render()}", file=sys.stderr)
-        return 1
-    print(result.message)
-    if result.transcript is not None:
-        print(f"  transcript: {result.transcript} ({result.usage})")
-    return 0
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ._tuner import TuneSettings, join_studies
+    from pytest_ktune.run.extensions import cli_manager
+    from pytest_ktune.run.options import build
+    from pytest_ktune.tuner.join import join_studies
 
-    settings = _settings(args, write=False)
-    assert isinstance(settings, TuneSettings)
+    settings = build(_options(args, tune=True), cli_manager().hook).tune
+    assert settings is not None
     if not args.storage:
         raise KtuneError("a worker joins a shared study, so it needs --storage",
                          hint="pass the same --storage URL as the `ktune tune` it helps")
@@ -270,9 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "bench-search":
             return cmd_bench_search(args)
         if args.command == "templatize":
-            from .agent._templatize import run_cli
+            from pytest_ktune.agent import run_templatize
 
-            return run_cli(args)
+            return run_templatize(args)
         return cmd_worker(args)
     except KtuneError as exc:
         print(f"error: {exc.render()}", file=sys.stderr)

@@ -203,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 
     here = Path(__file__).resolve().parent
     sys.path.insert(0, str(here.parents[1]))
-    from pytest_ktune._discover import import_file
-    from pytest_ktune._tuner import TuneSettings
     from pytest_ktune.agent._tools import Bench
+    from pytest_ktune.core.discover import import_file
+    from pytest_ktune.tuner.settings import TuneSettings
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--backend", default="cuda", choices=("cuda", "opencl"))

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._errors import KtuneError
-from ._transcript import Transcript
+from pytest_ktune.agent._transcript import Transcript
+from pytest_ktune.core.errors import KtuneError
 
 
 class AgentError(KtuneError):

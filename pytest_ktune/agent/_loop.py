@@ -18,11 +18,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import KtuneError
-from .._space import Value
-from ._client import AgentError, BudgetError, ModelClient, ModelError, ModelSettings, Reply, looks_like_refusal
-from ._tools import TOOLS, BaseTime, Bench, Revision, Workbench, tool_result
-from ._transcript import Transcript, new_run_id
+from pytest_ktune import backends
+from pytest_ktune.agent._client import (
+    AgentError,
+    BudgetError,
+    ModelClient,
+    ModelError,
+    ModelSettings,
+    Reply,
+    looks_like_refusal,
+)
+from pytest_ktune.agent._proposal import ProposalError
+from pytest_ktune.agent._rules import rule_proposal
+from pytest_ktune.agent._sandbox import write_template
+from pytest_ktune.agent._tools import TOOLS, BaseTime, Bench, Revision, Workbench, tool_result
+from pytest_ktune.agent._transcript import Transcript, new_run_id
+from pytest_ktune.core.discover import import_file
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.keys import cases_by_key, key_label
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.bench import mann_whitney_greater
+from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
+from pytest_ktune.tuner.decide import ALPHA, MIN_GAIN
 
 SYSTEM = """You tune one GPU kernel for pytest-ktune. Work only through the tools.
 Method: rewrite the kernel into an explicitly parameterised template (block size, vector width, items per
@@ -77,7 +96,7 @@ class AgentResult:
     """How a run ended, and what it found and wrote."""
 
     target: str
-    status: str  # "improved", "no-improvement", "no-template" or "off"
+    status: str  # "improved", "no-improvement", "no-template", "off" or "error"
     stop: str  # why the loop ended
     message: str  # the whole story in words, for the terminal
     proposal: Any = None  # the best verified Proposal
@@ -94,7 +113,6 @@ class _Stop(Exception):
 
 def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path | None = None) -> AgentResult:
     """Run the agent loop on ``bench.base``; write only a verified template that beats it (with ``write``)."""
-    from .. import backends
 
     settings.check()
     if settings.model is None:
@@ -188,14 +206,8 @@ def _unusable(reply: Reply) -> str:
     return f"a plain-text answer with no tool call ({reply.text.strip()[:120]!r})"
 
 
-# -- the base kernel, and the final side-by-side comparison ------------------------------------
-
-
 def measure_base(bench: Bench) -> list[BaseTime]:
     """The base kernel's time per key, with the parameters it runs with now (recorded, else default)."""
-    from .._store import Store, target_id
-    from .._tuner import cases_by_key, key_label
-    from .._worker import TargetRef, WorkerPool, WorkerSpec
 
     base = bench.base
     try:
@@ -229,9 +241,6 @@ def measure_base(bench: Bench) -> list[BaseTime]:
 
 def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int) -> KeyComparison:
     """Time the base kernel (its parameters now) and the revision's best, interleaved, on the key's cases."""
-    from .._bench import mann_whitney_greater
-    from .._tuner import ALPHA, MIN_GAIN
-    from .._worker import TargetRef, WorkerPool, WorkerSpec
 
     search = rev.searches[base_time.label]
     cache = str(bench.scratch / "cache" / bench.backend)
@@ -327,10 +336,6 @@ def _rel(path: Path, root: Path) -> str:
 def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyComparison], dest: Path,
                  device: str) -> list[Path]:
     """Write the template beside the base kernel and its tuned parameters, per key, to the params file."""
-    from .._discover import import_file
-    from .._store import Record, Store, Tuned, now_utc, target_id
-    from .._target import Target
-    from ._proposal import write_template
 
     files = write_template(rev.proposal, bench.base, dest=dest)
     py = next(p for p in files if p.suffix == ".py")
@@ -347,11 +352,7 @@ def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyCompariso
     return [*files, bench.params_path]
 
 
-# -- what the model is told first ---------------------------------------------------------------
-
-
 def task_text(bench: Bench, device: Any) -> str:
-    from .._tuner import cases_by_key
 
     base = bench.base
     try:
@@ -378,8 +379,6 @@ The kernel source ({base.source_path(bench.backend).name}):
 """
 
 
-# -- no model: the rule-based templater through the same gate ----------------------------------
-
 AGENT_OFF = ("agent: off (no model configured: set --ktune-model or KTUNE_MODEL, with OPENAI_BASE_URL and/or "
              "OPENAI_API_KEY); the rule-based templater runs instead")
 
@@ -387,9 +386,6 @@ AGENT_OFF = ("agent: off (no model configured: set --ktune-model or KTUNE_MODEL,
 def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> AgentResult:
     """What ``--ktune-agent`` does with no model: the rule-based template, verified, searched, compared
     with the base kernel side by side, and written only if faster (with ``write``)."""
-    from .. import backends
-    from ._proposal import ProposalError
-    from ._rules import rule_proposal
 
     base = bench.base
     device = backends.create(bench.backend).device
@@ -407,90 +403,14 @@ def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> Ag
     return conclude(bench, tools, AgentSettings(model=None), stop=AGENT_OFF, write=write, dest=dest, lead=lead)
 
 
-# -- the agent as a proposer for `ktune templatize` --------------------------------------------
-
-
-class AgentProposer:
-    """The model as a :class:`~pytest_ktune.agent._proposal.Proposer`: each call answers its last
-    proposal's tool call with the check, and asks for the next (or None when it finishes, refuses,
-    or the endpoint or a budget stops it; ``stop`` says which)."""
-
-    def __init__(self, settings: ModelSettings, root: Path, *, max_bad_replies: int = 3) -> None:
-        self.transcript = Transcript(root / ".ktune" / "agent", new_run_id("templatize"))
-        self.client = ModelClient(settings, self.transcript)
-        self.max_bad_replies = max_bad_replies
-        self.messages: list[Mapping[str, Any]] = []
-        self._pending: str | None = None  # the tool call the last proposal came from
-        self.stop = ""
-
-    def __call__(self, previous: Any, check: Any, context: Mapping[str, Any]) -> Any:
-        from ._proposal import Proposal, ProposalError
-        from ._tools import TOOLS, _check_json
-
-        tools = [t for t in TOOLS if t.name in ("propose_template", "plan")]
-        if not self.messages:
-            self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": _context_text(
-                context, previous, check)}]
-        elif self._pending is not None:
-            self.messages.append({"role": "tool", "tool_call_id": self._pending,
-                                  "content": json.dumps(_check_json(check) if check is not None else {"ok": False})})
-        self._pending = None
-        bad = 0
-        try:
-            while bad < self.max_bad_replies:
-                reply = self.client.ask(self.messages, tools)
-                self.messages.append(reply.message)
-                problem = _unusable(reply)
-                if problem.startswith("refused"):
-                    self.stop = f"the model {problem}"
-                    return None
-                if problem:
-                    bad += 1
-                    self.messages.append({"role": "user", "content": f"Your answer could not be used: {problem}. "
-                                                                     "Call propose_template, or plan to finish."})
-                    continue
-                chosen: Proposal | None = None
-                for call in reply.tool_calls:
-                    if chosen is not None or call.error or call.name == "plan":
-                        if call.name == "plan" and not call.error and call.arguments is not None \
-                                and call.arguments.get("action") == "finish":
-                            self.stop = "the model finished"
-                        text = call.error or ("one proposal at a time" if chosen is not None else "noted")
-                        self.messages.append(tool_result(call, {"ok": not call.error, "note": text}))
-                        continue
-                    assert call.arguments is not None
-                    try:
-                        chosen = Proposal.from_json({**call.arguments, "origin": "agent"},
-                                                    backend=str(context.get("backend")))
-                        self._pending = call.id
-                    except ProposalError as exc:
-                        self.messages.append(tool_result(call, {"ok": False, "error": exc.message,
-                                                                "hint": exc.hint}))
-                if chosen is not None:
-                    return chosen
-                if self.stop:
-                    return None
-                bad += 1
-            self.stop = f"{bad} unusable answers in a row (the bound)"
-        except (ModelError, BudgetError) as exc:
-            self.stop = exc.message
-        return None
-
-
-def _context_text(context: Mapping[str, Any], previous: Any, check: Any) -> str:
-    rules = ""
-    if previous is not None:
-        rules = (f"\nThe rule-based templater proposed this space: {dict(previous.space)} (default "
-                 f"{dict(previous.default)}); its check: {check.summary() if check is not None else 'not run'}.")
-    return (f"Template the kernel of target {context.get('target')} for {context.get('backend')} (device limits: "
-            f"{context.get('device')}). Key dimensions: {context.get('key_dims')}; cases: {context.get('cases')}. "
-            f"You have {context.get('max_rounds')} proposals.{rules}\nThe kernel source:\n```\n"
-            f"{context.get('base_source')}```")
-
-
-def make_proposer(model: str | None = None, root: Path | None = None) -> AgentProposer | None:
-    """The agent proposer for ``ktune templatize``, or None when no model is configured (the agent is off)."""
-    settings = ModelSettings.from_env(model)
-    if settings is None:
-        return None
-    return AgentProposer(settings, (root or Path.cwd()).resolve())
+def run_stage(bench: Bench, settings: AgentSettings, *, write: bool) -> AgentResult:
+    """The agent stage of one target, before its search: the agent loop with a model, the rule-based
+    templater without one. An error of the stage is its result (status "error"): the search of the
+    target itself still runs."""
+    try:
+        if settings.model is None:
+            return rules_fallback(bench, write=write)
+        return run_agent(bench, settings, write=write)
+    except KtuneError as exc:
+        return AgentResult(target=bench.base.name, status="error", stop=exc.message,
+                           message=f"{bench.base.name}: the agent stage failed: {exc.render()}")

@@ -25,27 +25,33 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import importlib.util
-import inspect
 import json
 import math
-import random
 import re
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
-from .._errors import KtuneError, SpaceError
-from .._space import Space, Value, checked_expression
-from .._target import BACKENDS, Target
+from pytest_ktune.core.errors import KtuneError, SpaceError
+from pytest_ktune.core.launch import cdiv
+from pytest_ktune.core.space import Space, Value, checked_expression
+from pytest_ktune.core.target import BACKENDS
 
 STAGES = ("schema", "space", "compile", "limits", "verify", "crash", "timeout", "ok")
+
+
 ORIGINS = ("rules", "agent", "user")
+
+
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 _MAX_SOURCE = 200_000
+
+
 _MAX_VALUES = 64
+
+
 _MAX_POINTS = 50_000  # the most points of a space enumerated to draw a sample from
 
 
@@ -53,17 +59,11 @@ class ProposalError(KtuneError):
     """A proposal that cannot be used as it is: bad JSON, a bad field, an unsafe expression."""
 
 
-# -- launch expressions ------------------------------------------------------------------------
-
 _LAUNCH_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.Constant, ast.Add,
                  ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.UAdd, ast.Call, ast.Tuple)
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-_LAUNCH_FUNCS: dict[str, Callable[..., int]] = {"min": min, "max": max, "cdiv": _cdiv}
+_LAUNCH_FUNCS: dict[str, Callable[..., int]] = {"min": min, "max": max, "cdiv": cdiv}
 
 
 @dataclass(frozen=True)
@@ -113,9 +113,6 @@ def _parsed(text: str, what: str) -> LaunchExpr:
 
 def _kv(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
-
-
-# -- the proposal ------------------------------------------------------------------------------
 
 
 def _check_value(name: str, v: object) -> Value:
@@ -257,9 +254,6 @@ class Proposal:
         return {k: LaunchExpr.parse(v, f"launch.{k}") for k, v in self.launch.items()}
 
 
-# -- the result of a check, and what an agent plugs in -------------------------------------------
-
-
 @dataclass(frozen=True)
 class ProposalCheck:
     """What checking a proposal found. ``ok`` only when the default and every sampled configuration
@@ -295,390 +289,3 @@ class Proposer(Protocol):
 
     def __call__(self, previous: Proposal | None, check: ProposalCheck | None,
                  context: Mapping[str, Any]) -> Proposal | None: ...
-
-
-# -- running a proposal: the wrapper's launches re-aimed ----------------------------------------
-
-
-class _Relaunch:
-    """The kernel handle the base wrapper receives: launches go through the proposal's expressions."""
-
-    def __init__(self, kernel: Any, launch: Mapping[str, LaunchExpr], key: Mapping[str, Any],
-                 fallback: Mapping[str, Value]) -> None:
-        self._kernel = kernel
-        self._launch = launch
-        self._key = {k: int(v) for k, v in key.items() if isinstance(v, int) and not isinstance(v, bool)}
-        self.params = {**fallback, **kernel.params}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._kernel, name)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.params[name]
-
-    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None) -> None:
-        from ..backends.base import as_dim
-
-        if self._launch:
-            g, b = list(as_dim(grid)), list(as_dim(block))
-            caller = sys._getframe(1).f_locals
-            values: dict[str, int] = {k: int(v) for k, v in caller.items() if _is_int(v)}
-            values.update(self._key)
-            values.update(grid=g[0], block=b[0])
-            values.update({k: int(v) for k, v in self._kernel.params.items() if _is_int(v)})
-            if "grid" in self._launch:
-                g = _splice(g, self._launch["grid"].evaluate(values))
-            if "block" in self._launch:
-                b = _splice(b, self._launch["block"].evaluate(values))
-            grid, block = tuple(g), tuple(b)
-        self._kernel.launch(grid, block, args, name=name)
-
-
-def _is_int(v: object) -> bool:
-    import numpy as np
-
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _splice(old: list[int], new: tuple[int, ...]) -> list[int]:
-    """New leading dimensions over the old ones (a 1-D expression changes x only)."""
-    return list(new) + old[len(new):]
-
-
-def relaunch(base: Target, kernel: Any, launch: Mapping[str, str], **bound: Any) -> Any:
-    """Call ``base``'s wrapper with its launches re-aimed by ``launch`` (what a generated template's
-    function does)."""
-    exprs = {k: _parsed(v, f"launch.{k}") for k, v in launch.items()}
-    key = base.key(bound)
-    return base.fn(_Relaunch(kernel, exprs, key, base.default), **bound)
-
-
-# -- the scratch target the worker imports ------------------------------------------------------
-
-_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-
-_LOADER = '''"""Generated by pytest-ktune to check or tune a proposal. Scratch: safe to delete."""
-
-from pathlib import Path
-
-from pytest_ktune.agent._proposal import scratch_target
-
-TARGET = scratch_target(Path(__file__))
-'''
-
-
-def _module_vars_name(base: Target) -> str:
-    module = sys.modules.get(base.module)
-    for name, value in vars(module).items() if module else ():
-        if value is base:
-            return name
-    return base.name
-
-
-def headers_for(source: str, src_dir: Path) -> dict[str, str]:
-    """The quoted ``#include`` files the source needs from ``src_dir`` (and theirs), by relative name."""
-    found: dict[str, str] = {}
-    todo = _INCLUDE.findall(source)
-    while todo:
-        rel = todo.pop()
-        if rel in found:
-            continue
-        path = src_dir / rel
-        if not path.is_file():
-            continue  # left to the compiler: it reports a missing include plainly
-        text = path.read_text()
-        found[rel] = text
-        todo.extend(_INCLUDE.findall(text))
-    return found
-
-
-def _source_name(base: Target, backend: str, suffix: str) -> str:
-    src = base.sources.get(backend)
-    ext = src.suffix if src is not None else (".cu" if backend == "cuda" else ".cl")
-    stem = src.stem if src is not None else base.name
-    return f"{stem}{suffix}{ext}"
-
-
-def proposal_target(proposal: Proposal, base: Target, *, workdir: Path) -> Target:
-    """A Target equal to ``base`` (cases, reference, key, bytes_moved, wrapper) but with the proposal's
-    source, space, default and launch: what the tuner searches. Writes the source, the headers it
-    includes, the proposal and a small loader under ``workdir`` (scratch, e.g. .ktune/agent/)."""
-    proposal.validate()
-    digest = hashlib.sha256(
-        (proposal.digest() + base.module + str(base.file) + base.name).encode()).hexdigest()[:12]
-    folder = workdir / f"p-{digest}"
-    folder.mkdir(parents=True, exist_ok=True)
-    src_dir = base.sources[proposal.backend].parent if proposal.backend in base.sources else base.file.parent
-    for rel, text in headers_for(proposal.source, src_dir).items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        (folder / rel).write_text(text)
-    source_name = _source_name(base, proposal.backend, "_proposal")
-    (folder / source_name).write_text(proposal.source)
-    meta = {"proposal": proposal.to_json(), "source": source_name, "module": f"_ktune_proposal_{digest}",
-            "name": base.name, "base": {"module": base.module, "file": str(base.file), "name": base.name,
-                                        "sys_path": list(sys.path)}}
-    (folder / "proposal.json").write_text(json.dumps(meta, indent=1))
-    loader = folder / "proposal_target.py"
-    loader.write_text(_LOADER)
-    module_name = meta["module"]
-    assert isinstance(module_name, str)
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, loader)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-    t = module.TARGET
-    assert isinstance(t, Target)
-    return t
-
-
-def scratch_target(loader: Path) -> Target:
-    """The target a generated loader defines (called in the worker and in this process)."""
-    from .._worker import TargetRef, _import_target
-
-    meta = json.loads(loader.with_name("proposal.json").read_text())
-    b = meta["base"]
-    base = _import_target(TargetRef(module=b["module"], file=b["file"], name=b["name"],
-                                    sys_path=tuple(b["sys_path"])))
-    proposal = Proposal.from_json(meta["proposal"], backend=meta["proposal"]["backend"])
-    exprs = proposal.launch_exprs()
-
-    def launcher(kernel: Any, **bound: Any) -> Any:
-        return base.fn(_Relaunch(kernel, exprs, base.key(bound), base.default), **bound)
-
-    launcher.__name__ = base.fn.__name__
-    return Target(
-        name=meta["name"], fn=launcher, sources={proposal.backend: loader.with_name(meta["source"])},
-        space=proposal.as_space(), default=dict(proposal.default), key_fn=base.key_fn, cases=base.cases,
-        reference=base.reference, file=loader.resolve(), module=meta["module"], kernel_name=base.kernel_name,
-        tolerance=base.tolerance, bytes_moved=base.bytes_moved, flops=base.flops,
-        defines_fn=base.defines_fn, _signature=base._signature)
-
-
-# -- checking ---------------------------------------------------------------------------------
-
-
-def _fail(stage: str, message: str) -> ProposalCheck:
-    return ProposalCheck(ok=False, stage=stage, message=message, checked=(), failures=())
-
-
-def _stage_of(status: str, reason: str) -> str:
-    if status == "infeasible":
-        return "limits"
-    if reason.startswith("compile error"):
-        return "compile"
-    if reason.startswith("no answer within"):
-        return "timeout"
-    low = reason.lower()
-    if reason.startswith("the worker process") or "illegal" in low or "out of bounds" in low \
-            or "misaligned" in low:
-        return "crash"
-    return "verify"
-
-
-def sample_configs(space: Space, keys: Sequence[Mapping[str, Any]], default: Mapping[str, Value], *,
-                   sample: int, seed: int) -> list[dict[str, Value]]:
-    """The default, then up to ``sample`` other points valid for every key, drawn with ``seed``."""
-    pool: list[dict[str, Value]] = []
-    for i, p in enumerate(space.points()):
-        if i >= _MAX_POINTS:
-            break
-        if p != dict(default) and all(space.valid(p, k) for k in keys):
-            pool.append(p)
-    rng = random.Random(seed)
-    picked = rng.sample(pool, min(sample, len(pool)))
-    return [dict(default), *picked]
-
-
-def check_proposal(proposal: Proposal, base: Target, *, root: Path, backend: str, sample: int = 8,
-                   seed: int = 0, trial_timeout_s: float = 60.0) -> ProposalCheck:
-    """Compile and verify the default plus ``sample`` configurations drawn (seeded) from the space, on
-    every case of ``base`` that runs on ``backend``, on fresh inputs, in the isolated worker. Never
-    raises for a bad proposal: the result says what went wrong."""
-    from .._bench import BenchConfig
-    from .._worker import TargetRef, WorkerPool, WorkerSpec
-
-    if proposal.backend != backend:
-        return _fail("schema", f"the proposal is for {proposal.backend}, the check runs on {backend}")
-    try:
-        proposal.validate()
-    except KtuneError as exc:
-        return _fail("schema" if not isinstance(exc, SpaceError) else "space", _render(exc))
-    indices = [i for i, c in enumerate(base.cases) if c.runs_on(backend)]
-    if not indices:
-        return _fail("space", f"{base.where}: no case runs on {backend}")
-    keys = [base.case_key(base.cases[i]) for i in indices]
-    space = proposal.as_space()
-    try:
-        space.check_names(list(keys[0]))
-    except SpaceError as exc:
-        return _fail("space", _render(exc))
-    key_names = set().union(*(set(k) for k in keys))
-    for dim, expr in proposal.launch_exprs().items():
-        # Names the wrapper binds are only known when it runs; parameters and key dims are checked there too.
-        shadowed = sorted(expr.names & key_names & set(proposal.space))
-        if shadowed:
-            return _fail("space", f"launch.{dim} names {', '.join(shadowed)}, both a parameter and a key "
-                                  "dimension; rename the parameter")
-    for k in keys:
-        broken = space.violated(proposal.default, k)
-        if broken:
-            return _fail("space", f"the default {dict(proposal.default)} breaks {'; '.join(broken)} for key "
-                                  f"{_kv(k)}")
-    configs = sample_configs(space, keys, proposal.default, sample=sample, seed=seed)
-    try:
-        target = proposal_target(proposal, base, workdir=root / ".ktune" / "agent" / "proposals")
-    except (KtuneError, OSError) as exc:
-        return _fail("schema", f"cannot prepare the proposal: {exc}")
-    bench = BenchConfig(min_sample_s=0.0, min_samples=1, max_samples=1, max_time_s=0.0, ci_target=1.0,
-                        max_repeats=1, warmup=0)
-    spec = WorkerSpec(target=TargetRef.of(target), backend=backend, cases=tuple(indices),
-                      cache_dir=str(root / ".ktune" / "cache" / backend), bench=bench)
-    checked: list[Mapping[str, Value]] = []
-    failures: list[tuple[Mapping[str, Value], str]] = []
-    infeasible: list[tuple[Mapping[str, Value], str]] = []
-    first = ""
-    first_stage = "ok"
-    try:
-        with WorkerPool(spec, trial_timeout_s=trial_timeout_s) as pool:
-            for i, out in enumerate(pool.evaluate(configs, seed)):
-                cfg = dict(out.params)
-                if out.status == "ok":
-                    checked.append(cfg)
-                    continue
-                stage = _stage_of(out.status, out.reason)
-                if stage == "limits" and i > 0:
-                    infeasible.append((cfg, out.reason))
-                    continue
-                failures.append((cfg, out.reason))
-                if not first:
-                    which = "the default" if i == 0 else "the sampled configuration"
-                    first, first_stage = f"{which} {_kv(cfg)} failed ({stage}): {out.reason}", stage
-                if stage in ("crash", "timeout"):
-                    break  # each costs a restarted worker; one is enough to send back
-    except KtuneError as exc:
-        return _fail("crash", f"the worker could not run the proposal: {exc.message}")
-    if failures:
-        return ProposalCheck(ok=False, stage=first_stage, message=first, checked=tuple(checked),
-                             failures=tuple(failures), infeasible=tuple(infeasible))
-    return ProposalCheck(ok=True, stage="ok", message=f"{len(checked)} configurations verified on "
-                                                      f"{len(indices)} cases",
-                         checked=tuple(checked), failures=(), infeasible=tuple(infeasible))
-
-
-def _render(exc: KtuneError) -> str:
-    return exc.message + (f" (next step: {exc.hint})" if exc.hint else "")
-
-
-# -- writing a verified template ----------------------------------------------------------------
-
-
-def _signature_text(base: Target) -> tuple[str, str]:
-    """The generated function's parameter list and the keyword call passing them on."""
-    params, call = ["kernel: ktune.Kernel"], []
-    for p in base._signature.parameters.values():
-        if p.kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
-            raise ProposalError(f"the wrapper's parameter {p.name} is *args or **kwargs", where=base.where,
-                                hint="write the template's .py by hand for this target")
-        if p.default is inspect.Parameter.empty:
-            params.append(f"{p.name}: Any")
-        else:
-            text = repr(p.default)
-            try:
-                ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                raise ProposalError(f"the default of the wrapper's parameter {p.name} ({text}) is not a "
-                                    "literal", where=base.where,
-                                    hint="write the template's .py by hand for this target") from None
-            params.append(f"{p.name}: Any = {text}")
-        call.append(f"{p.name}={p.name}")
-    return ", ".join(params), ", ".join(call)
-
-
-def template_files(proposal: Proposal, base: Target, *, dest: Path, suffix: str = "_tpl") -> dict[Path, str]:
-    """The files ``write_template`` writes, by path: the kernel source, the headers it includes (when
-    ``dest`` is not the base source's folder) and the ``.py`` with the ``@ktune.target``."""
-    proposal.validate()
-    src = base.sources.get(proposal.backend)
-    src_dir = src.parent if src is not None else base.file.parent
-    files: dict[Path, str] = {}
-    source_name = _source_name(base, proposal.backend, suffix)
-    files[dest / source_name] = proposal.source
-    if dest.resolve() != src_dir.resolve():
-        for rel, text in headers_for(proposal.source, src_dir).items():
-            files[dest / rel] = text
-    tname = f"{base.name}{suffix}"
-    var = _module_vars_name(base)
-    params, call = _signature_text(base)
-    space = "".join(f"\n        {k}={list(v)!r}," for k, v in proposal.space.items())
-    if proposal.constraints:
-        space += f"\n        constraints={list(proposal.constraints)!r},"
-    space += "\n    "
-    try:
-        origin_file = (src.relative_to(dest.resolve()) if src else base.file.name)
-    except ValueError:
-        origin_file = src.name if src else base.file.name
-    notes = proposal.notes.strip().replace('"""', "'''").replace("\\", "/")
-    doc = f"{base.name} as a template, generated by `ktune templatize` from {origin_file} (origin: " \
-          f"{proposal.origin}).\n\nVerified against {base.name}'s reference on every case before it was written."
-    if notes:
-        doc += "\n\n" + notes
-    py = f'''"""{doc}
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-import ktune
-from {base.module} import {var} as _base
-from pytest_ktune.agent._proposal import relaunch
-
-# How the base wrapper's launch geometry follows from the parameters (AST-checked arithmetic).
-LAUNCH = {dict(proposal.launch)!r}
-
-
-@ktune.target(
-    sources={{{proposal.backend!r}: {source_name!r}}},
-    space=ktune.Space({space}),
-    default={dict(proposal.default)!r},
-    key=_base.key_fn,
-    cases=_base.cases,
-    reference=_base.reference,
-    tolerance=_base.tolerance,
-    bytes_moved=_base.bytes_moved,
-    flops=_base.flops,
-    defines=_base.defines_fn,
-    kernel=_base.kernel_name,
-    name={tname!r},
-)
-def {tname}({params}) -> Any:
-    return relaunch(_base, kernel, LAUNCH, {call})
-'''
-    files[dest / f"{Path(source_name).stem}.py"] = py
-    return files
-
-
-def write_template(proposal: Proposal, base: Target, *, dest: Path) -> list[Path]:
-    """Write the verified template as a new .cu/.cl plus a new .py @ktune.target beside it. Never
-    overwrites a file: raises with a hint if one exists (a header already there with the same text is
-    kept as it is)."""
-    files = template_files(proposal, base, dest=dest)
-    source_name = _source_name(base, proposal.backend, "_tpl")
-    own = {dest / source_name, dest / f"{Path(source_name).stem}.py"}
-    for path, text in files.items():
-        if path.exists() and (path in own or path.read_text() != text):
-            raise KtuneError(f"{path} exists; the template was not written", where=base.where,
-                             hint="pass another --out folder, or move the old file away first")
-    dest.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    for path, text in files.items():
-        if path.exists():
-            continue  # a shared header with the same text
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("x") as fh:
-            fh.write(text)
-        written.append(path)
-    return written

@@ -41,10 +41,11 @@ import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .._errors import KtuneError
-from .._space import Value
-from .._target import VECTOR_NAME, Target
-from ._proposal import LaunchExpr, Proposal, ProposalError
+from pytest_ktune import backends
+from pytest_ktune.agent._proposal import LaunchExpr, Proposal, ProposalError
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.target import VECTOR_NAME, Target
 
 _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("vector", VECTOR_NAME),
@@ -292,7 +293,6 @@ def _guard_new(source: str, names: list[str], default: Mapping[str, Value]) -> s
 
 def device_max_threads(backend: str) -> int:
     """The device's threads per block, for the block-size space (1024 when it cannot be asked)."""
-    from .. import backends
 
     try:
         return int(backends.create(backend).device.max_threads_per_block)

@@ -15,9 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._errors import KtuneError
-from .._target import Target
-from ._proposal import Proposal, ProposalCheck, ProposalError, Proposer, check_proposal, write_template
+from pytest_ktune import backends
+from pytest_ktune.agent._check import check_proposal
+from pytest_ktune.agent._proposal import Proposal, ProposalCheck, ProposalError, Proposer
+from pytest_ktune.agent._rules import rule_proposal
+from pytest_ktune.agent._sandbox import proposal_target, write_template
+from pytest_ktune.core.discover import discover
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.keys import cases_by_key, key_label
+from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.target import Target
+from pytest_ktune.tuner.settings import TuneContext, TuneSettings
+from pytest_ktune.tuner.tune import tune_key
 
 AGENT_OFF = "agent: off (no OPENAI_BASE_URL/--model): rule-based templater"
 
@@ -65,7 +74,6 @@ def {name}(kernel, x):
 
 def find_base(kernel_file: Path, name: str, *, root: Path, backend: str) -> Target:
     """The project's target ``name`` whose ``backend`` source is ``kernel_file``; a clear error if none."""
-    from .._discover import discover
 
     path = kernel_file.resolve()
     if not path.is_file():
@@ -102,7 +110,6 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
                proposer: Proposer | None = None, stream: TextIO | None = None) -> TemplatizeResult:
     """Template the kernel: rules first, then ``proposer`` rounds; check each; optionally tune the
     kept one; write it when verified. See :class:`~pytest_ktune.agent._proposal.Proposer`."""
-    from ._rules import rule_proposal
 
     out = stream if stream is not None else sys.stdout
     say: list[str] = []
@@ -164,7 +171,6 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
 
 
 def _device_limits(backend: str) -> dict[str, int]:
-    from .. import backends
 
     try:
         d = backends.create(backend).device
@@ -176,8 +182,6 @@ def _device_limits(backend: str) -> dict[str, int]:
 
 def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSettings, emit: Any) -> tuple[Any, ...]:
     """Search the verified template's space with the tuner, per key; nothing goes to the params file."""
-    from .._tuner import TuneContext, TuneSettings, cases_by_key, key_label, tune_key
-    from ._proposal import proposal_target
 
     target = proposal_target(chosen, base, workdir=root / ".ktune" / "agent" / "targets")
     tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, trial_timeout_s=settings.trial_timeout_s,
@@ -203,7 +207,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("kernel", type=Path, help="the kernel source (.cu or .cl) that a @ktune.target wraps")
     p.add_argument("--target", required=True, help="the @ktune.target whose source that file is")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
-    p.add_argument("--backend", default="auto", choices=("auto", "cuda", "opencl"),
+    p.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS),
                    help="auto: from the file's suffix (.cu: cuda, .cl: opencl)")
     p.add_argument("--sample", type=int, default=8, help="configurations checked per proposal besides the default")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the inputs and the search")
@@ -219,7 +223,7 @@ def _agent_proposer(args: Any) -> Proposer | None:
     """The agent as a proposer, when a model is configured (``--model`` or the environment the agent
     reads: OPENAI_BASE_URL and the model); None turns it off."""
     try:
-        from ._loop import make_proposer
+        from pytest_ktune.agent._proposer import make_proposer
     except ImportError:
         return None
     proposer: Proposer | None = make_proposer(model=args.model, root=args.root.resolve())

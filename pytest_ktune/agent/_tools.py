@@ -15,12 +15,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from .._errors import KtuneError
-from .._space import Value
-from .._target import Target
-from .._tuner import TuneSettings
-from ._client import Tool, ToolCall
-from ._proposal import Proposal, ProposalCheck
+from pytest_ktune import backends
+from pytest_ktune.agent._check import check_proposal
+from pytest_ktune.agent._client import Tool, ToolCall
+from pytest_ktune.agent._proposal import Proposal, ProposalCheck, ProposalError
+from pytest_ktune.agent._sandbox import proposal_target
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.keys import cases_by_key, key_label
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import target_id
+from pytest_ktune.core.target import Target
+from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.loop import _enqueue
+from pytest_ktune.tuner.settings import TuneContext, TuneSettings
+from pytest_ktune.tuner.storage import open_storage, study_name
+from pytest_ktune.tuner.tune import tune_key
 
 _SCALAR = {"type": ["integer", "number", "string", "boolean"]}
 TEMPLATE_PROPERTIES: dict[str, Any] = {
@@ -201,7 +210,6 @@ class Workbench:
 
     # -- templating and testing --------------------------------------------------------
     def _proposal(self, args: Mapping[str, Any]) -> Proposal:
-        from ._proposal import ProposalError
 
         data = {k: v for k, v in args.items() if k != "sample"}
         data["origin"] = self._origin
@@ -217,7 +225,6 @@ class Workbench:
         self.failed_proposals += 1
 
     def check(self, proposal: Proposal, sample: int | None = None) -> ProposalCheck:
-        from ._proposal import check_proposal
 
         digest = f"{proposal.digest()}:{sample}"
         if digest in self.checks:
@@ -245,7 +252,6 @@ class Workbench:
         return self._commit(proposal)
 
     def _commit(self, proposal: Proposal) -> dict[str, Any]:
-        from ._proposal import proposal_target
 
         result = self.check(proposal)
         if not result.ok:
@@ -259,7 +265,6 @@ class Workbench:
     # -- searching ---------------------------------------------------------------------
     def search(self, rev: Revision, trials: int) -> None:
         """Search the revision's space for every key (Optuna, write disabled), the queued configurations first."""
-        from .._tuner import TuneContext, cases_by_key, key_label, tune_key
 
         b = self.bench
         settings = replace(b.tune, write=False, trials=trials)
@@ -284,7 +289,6 @@ class Workbench:
             self.failures.extend(f"revision {rev.number}, key {label}: {p}" for p in problems[:5])
 
     def _storage(self) -> Any:
-        from .._tuner import open_storage
 
         return open_storage(self.bench.tune.storage, self.bench.scratch)[0]
 
@@ -292,8 +296,6 @@ class Workbench:
         """Queue configurations in the study the next search opens (the tuner's own warm-start path)."""
         import optuna
 
-        from .._store import target_id
-        from .._tuner import Encoding, _enqueue, study_name
 
         name = study_name(target_id(target, self.bench.root), self.device.id, key)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -306,7 +308,6 @@ class Workbench:
         import optuna
         from optuna.trial import TrialState
 
-        from .._tuner import Encoding
 
         enc = Encoding(target)
         study = optuna.load_study(study_name=study_name, storage=self._storage())
@@ -326,7 +327,6 @@ class Workbench:
     # -- analysis ----------------------------------------------------------------------
     def copy_bandwidth(self) -> float | None:
         if self._copy_bw is None:
-            from .. import backends
 
             try:
                 self._copy_bw = backends.create(self.bench.backend).copy_bandwidth()

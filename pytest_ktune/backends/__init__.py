@@ -1,14 +1,33 @@
-"""Backends: CUDA through CuPy, OpenCL through PyOpenCL. Imported lazily."""
+"""Backends: CUDA through CuPy, OpenCL through PyOpenCL (imported lazily), behind the ``Backend``
+Protocol of ``backends.base``; a plugin may add its own (``pytest_ktune_backend``).
+
+This module keeps one backend per name per process (``create``), knows the built-in factories
+(``builtin_factory``), and finds the backend of a production call's arrays (``backend_for``).
+
+May import: core.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from .._errors import BackendUnavailable
-from .base import Backend, DeviceInfo, KernelFunction, Launch, Program, Resources, Timer
+from pytest_ktune.backends.base import (
+    Backend,
+    BackendFactory,
+    DeviceInfo,
+    KernelFunction,
+    Launch,
+    Program,
+    Resources,
+    Timer,
+)
+from pytest_ktune.core.errors import BackendUnavailable
+from pytest_ktune.core.names import AUTO, BACKENDS
 
 __all__ = [
     "Backend",
+    "BackendFactory",
     "DeviceInfo",
     "KernelFunction",
     "Launch",
@@ -16,7 +35,10 @@ __all__ = [
     "Resources",
     "Timer",
     "backend_for",
+    "builtin_factory",
     "create",
+    "factory_ref",
+    "load_factory",
     "resolve",
 ]
 
@@ -24,33 +46,68 @@ _INSTANCES: dict[str, Backend] = {}
 
 
 def resolve(choice: str) -> str:
-    """``auto`` becomes ``cuda`` when a GPU is visible, else ``opencl``."""
-    if choice not in ("auto", "cuda", "opencl"):
-        raise BackendUnavailable(f"unknown backend {choice!r}", hint="use auto, cuda or opencl")
-    if choice != "auto":
+    """``auto`` becomes ``cuda`` when a GPU is visible, else ``opencl``; any other name is kept."""
+    if choice != AUTO:
         return choice
-    from .cuda import gpu_visible
+    from pytest_ktune.backends.cuda import gpu_visible
 
     return "cuda" if gpu_visible() else "opencl"
 
 
-def create(name: str) -> Backend:
-    """The process-wide backend of that name, made on first use.
+def builtin_factory(name: str) -> BackendFactory | None:
+    """The built-in backend called ``name`` (``cuda``, ``opencl``), as a factory; None for others."""
+    if name == "cuda":
+        from pytest_ktune.backends.cuda import CudaBackend
+
+        return CudaBackend
+    if name == "opencl":
+        from pytest_ktune.backends.opencl import OpenCLBackend
+
+        return OpenCLBackend
+    return None
+
+
+def unknown(name: str) -> BackendUnavailable:
+    return BackendUnavailable(f"unknown backend {name!r}",
+                              hint=f"use {AUTO}, {' or '.join(BACKENDS)}, or a name a plugin supplies "
+                                   "through the pytest_ktune_backend hook")
+
+
+def create(name: str, factory: BackendFactory | None = None) -> Backend:
+    """The process-wide backend of that name, made on first use by ``factory`` (default: the
+    built-in one of that name).
 
     Raises BackendUnavailable, whose hint says how to install what is missing.
     """
     if name not in _INSTANCES:
-        if name == "cuda":
-            from .cuda import CudaBackend
-
-            _INSTANCES[name] = CudaBackend()
-        elif name == "opencl":
-            from .opencl import OpenCLBackend
-
-            _INSTANCES[name] = OpenCLBackend()
-        else:
-            raise BackendUnavailable(f"unknown backend {name!r}", hint="use auto, cuda or opencl")
+        make = factory or builtin_factory(name)
+        if make is None:
+            raise unknown(name)
+        _INSTANCES[name] = make()
     return _INSTANCES[name]
+
+
+def factory_ref(factory: BackendFactory | None) -> str | None:
+    """``module:qualname`` of a backend factory a worker process must import again; None for the
+    built-in ones (and none at all), which it knows by name."""
+    if factory is None or any(factory is builtin_factory(n) for n in BACKENDS):
+        return None
+    return f"{factory.__module__}:{factory.__qualname__}"
+
+
+def load_factory(ref: str) -> BackendFactory:
+    """The factory ``factory_ref`` named."""
+    module, _, name = ref.partition(":")
+    try:
+        value: Any = importlib.import_module(module)
+        for part in name.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise BackendUnavailable(f"cannot import the backend factory {ref}: {exc}",
+                                 hint="define a plugin's backend in a module the worker processes can "
+                                      "import (not inside a function)") from None
+    factory: BackendFactory = value
+    return factory
 
 
 def backend_for(args: tuple[Any, ...]) -> Backend:
@@ -60,7 +117,7 @@ def backend_for(args: tuple[Any, ...]) -> Backend:
         if mod.startswith("cupy"):
             return create("cuda")
         if mod.startswith("pyopencl"):
-            from .opencl import OpenCLBackend
+            from pytest_ktune.backends.opencl import OpenCLBackend
 
             key = f"opencl:{id(a.queue)}"
             known = _INSTANCES.get(key)

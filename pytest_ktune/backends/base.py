@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .._target import dtype_family
+from pytest_ktune.core.dtypes import dtype_family
 
 if TYPE_CHECKING:
-    from .._target import Tolerance
+    from pytest_ktune.core.case import Tolerance
 
 Dim = int | tuple[int, ...]
 
@@ -158,6 +159,9 @@ class Backend(Protocol):
 
     name: str
     device: DeviceInfo
+    # Where the backend's compiler keeps compiled programs between runs (``.ktune/cache/<name>``);
+    # None: its own default. Set by whoever creates the backend, before the first compile.
+    cache_dir: Path | None
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> Program: ...
 

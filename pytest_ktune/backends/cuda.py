@@ -11,10 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import BackendUnavailable, CompileError, LaunchError, LimitError
-from .._target import as_dtype, deps_hash, include_closure, is_bfloat16, read_local
-from ._compile_log import annotate
-from .base import (
+from pytest_ktune.backends.base import (
     DeviceInfo,
     KernelFunction,
     Launch,
@@ -24,9 +21,14 @@ from .base import (
     poison_value,
     scalar_arg,
 )
+from pytest_ktune.backends.compile_log import annotate
+from pytest_ktune.core.compare import DEVICE_KINDS, device_close
+from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
+from pytest_ktune.core.errors import BackendUnavailable, CompileError, LaunchError, LimitError
+from pytest_ktune.core.includes import deps_hash, include_closure, read_local
 
 if TYPE_CHECKING:
-    from .._target import Tolerance
+    from pytest_ktune.core.case import Tolerance
 
 INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
                 "on a machine with an NVIDIA GPU")
@@ -262,7 +264,6 @@ class CudaBackend:
         """Judge ``out`` against ``ref`` with CuPy in float64 on the GPU (``_verify.device_close``),
         in chunks so the temporaries stay small; None for dtypes it does not judge (bfloat16, of
         kind "V", among them: those outputs are checked on the host)."""
-        from .._verify import DEVICE_KINDS, device_close
 
         if np.dtype(out.dtype).kind not in DEVICE_KINDS or np.dtype(ref.dtype).kind not in DEVICE_KINDS:
             return None

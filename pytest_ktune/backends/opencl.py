@@ -11,10 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
-from .._target import as_dtype, is_bfloat16
-from ._compile_log import annotate
-from .base import (
+from pytest_ktune.backends.base import (
     DeviceInfo,
     KernelFunction,
     Launch,
@@ -25,6 +22,9 @@ from .base import (
     scalar_arg,
     touched_bytes,
 )
+from pytest_ktune.backends.compile_log import annotate
+from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
+from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
 INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
 

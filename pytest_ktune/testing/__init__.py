@@ -15,6 +15,6 @@ backend, subclass it in a test module and give it a ``backend`` fixture::
 
 from __future__ import annotations
 
-from .contract import BackendContract
+from pytest_ktune.testing.contract import BackendContract
 
 __all__ = ["BackendContract"]

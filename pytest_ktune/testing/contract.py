@@ -28,12 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from .._errors import CompileError, LaunchError
-from .._runtime import Kernel, cdiv, run
-from .._space import Space
-from .._target import BACKENDS, Case, Tensor, Tolerance, target, tolerance_for
-from .._verify import compare_one
-from ..backends.base import (
+from pytest_ktune.backends.base import (
     Backend,
     KernelFunction,
     Launch,
@@ -42,6 +37,14 @@ from ..backends.base import (
     has_device_comparison,
     poison_value,
 )
+from pytest_ktune.core.case import Case, Tensor, Tolerance, tolerance_for
+from pytest_ktune.core.compare import compare_one
+from pytest_ktune.core.errors import CompileError, LaunchError
+from pytest_ktune.core.launch import cdiv
+from pytest_ktune.core.space import Space
+from pytest_ktune.core.target import BACKENDS
+from pytest_ktune.measure.production import target
+from pytest_ktune.measure.runtime import Kernel, run
 
 _OPENCL: dict[str, str] = {
     "scale": """\

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune._discover import import_file
-from pytest_ktune._tuner import TuneSettings
 from pytest_ktune.agent._client import ModelSettings, looks_like_refusal, validate
 from pytest_ktune.agent._loop import AgentResult, AgentSettings, run_agent
 from pytest_ktune.agent._tools import Bench
-from pytest_ktune.agent._transcript import Redactor
+from pytest_ktune.core.discover import import_file
+from pytest_ktune.core.redact import Redactor
 from pytest_ktune.testing.openai_stub import Canned, StubServer, completion, tool_call
+from pytest_ktune.tuner.settings import TuneSettings
 
 pytest.importorskip("pyopencl")
 
@@ -347,7 +347,7 @@ def test_a_good_conversation_turns_a_naive_kernel_into_a_faster_verified_templat
     assert record["target"] == "kernels/silu_and_mul_tpl.py::silu_and_mul_naive_tpl"
     assert record["params"] == dict(cmp.template_params)
     # The written template is a target of its own: it verifies with its recorded parameters, in a worker.
-    from pytest_ktune._worker import TargetRef, WorkerPool, WorkerSpec
+    from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 
     tpl = vars(import_file(kernels / "silu_and_mul_tpl.py"))["silu_and_mul_naive_tpl"]
     assert dict(tpl.default) == {"BLOCK": 128, "VEC": 1, "ITEMS": 1}
@@ -375,8 +375,8 @@ def test_a_cost_budget_ends_the_run(project: Path) -> None:
 
 def test_the_agent_as_a_proposer_for_templatize(project: Path) -> None:
     """`ktune templatize` asks the agent for proposals; each check goes back to the model as the tool result."""
-    from pytest_ktune.agent._loop import AgentProposer
     from pytest_ktune.agent._proposal import Proposal, ProposalCheck
+    from pytest_ktune.agent._proposer import AgentProposer
 
     tpl = _template(BASE_CL)
     script = [Canned(completion(tool_calls=[tool_call("propose_template", tpl)])),

@@ -16,19 +16,14 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune._discover import import_file
-from pytest_ktune._errors import KtuneError
-from pytest_ktune._target import Target
-from pytest_ktune.agent._proposal import (
-    LaunchExpr,
-    Proposal,
-    ProposalCheck,
-    ProposalError,
-    check_proposal,
-    write_template,
-)
+from pytest_ktune.agent._check import check_proposal
+from pytest_ktune.agent._proposal import LaunchExpr, Proposal, ProposalCheck, ProposalError
 from pytest_ktune.agent._rules import rule_proposal
+from pytest_ktune.agent._sandbox import write_template
 from pytest_ktune.agent._templatize import AGENT_OFF, TemplatizeSettings, templatize
+from pytest_ktune.core.discover import import_file
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.target import Target
 
 REPO = Path(__file__).resolve().parents[2]
 NAIVE = REPO / "benchmarks" / "naive"

@@ -9,11 +9,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pytest_ktune._discover import discover
-from pytest_ktune._runtime import run, to_host_tree
-from pytest_ktune._target import Target, tolerance_for
-from pytest_ktune._verify import call_reference, check_outputs, draw_inputs, upload
 from pytest_ktune.backends import Backend, create
+from pytest_ktune.core.case import tolerance_for
+from pytest_ktune.core.discover import discover
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.runtime import run, to_host_tree
+from pytest_ktune.measure.verify import call_reference, check_outputs, draw_inputs, upload
 
 pytestmark = pytest.mark.gpu
 

@@ -27,7 +27,7 @@ def _run(backend: CudaBackend, source: str, filename: Path) -> int:
 
 def test_an_edited_header_is_compiled_again_and_an_old_one_can_be_pinned(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ktune._target import pin_includes
+    from pytest_ktune.core.includes import pin_includes
 
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cupy-cache"))  # CuPy's on-disk cache, in use
     src = tmp_path / "kernels" / "val.cu"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pytest_ktune import BackendUnavailable
-from pytest_ktune._bench import BenchConfig, measure
 from pytest_ktune.backends.base import Launch, flush_bytes, touched_bytes
+from pytest_ktune.measure.bench import BenchConfig, measure
 
 BIG_CACHE = 480 << 20
 SMALL_ALLOC = 48 << 20

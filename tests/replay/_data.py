@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_ktune._discover import discover
-from pytest_ktune._landscape import Landscape, load
-from pytest_ktune._target import Target
+from pytest_ktune.core.discover import discover
+from pytest_ktune.core.target import Target
+from pytest_ktune.lab.landscape import Landscape, load
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "example_project"

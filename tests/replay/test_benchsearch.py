@@ -12,19 +12,11 @@ from pathlib import Path
 import pytest
 
 from pytest_ktune import cli
-from pytest_ktune._benchsearch import (
-    BenchSettings,
-    StrategyResult,
-    bench,
-    best_so_far,
-    budget_for,
-    kt_cache,
-    problems_for,
-    summary_lines,
-    trials_to,
-)
-from pytest_ktune._errors import KtuneError
-from pytest_ktune._landscape import LandscapeError
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.lab.benchsearch import bench, problems_for
+from pytest_ktune.lab.landscape import LandscapeError
+from pytest_ktune.lab.results import BenchSettings, StrategyResult, budget_for, summary_lines
+from pytest_ktune.lab.strategies import best_so_far, kt_cache, trials_to
 
 from ._data import LANDSCAPES as LANDSCAPES_DIR
 from ._data import RMSNORM, ROOT, SILU, landscape
@@ -139,7 +131,7 @@ WITHIN = {
 
 @pytest.mark.parametrize("name", sorted(WITHIN))
 def test_the_default_strategy_reaches_3_percent_within_its_priors(name: str) -> None:
-    from pytest_ktune._benchsearch import Problem, run_ktune
+    from pytest_ktune.lab.strategies import Problem, run_ktune
 
     from ._data import LANDSCAPES, target
 
@@ -167,7 +159,7 @@ COMMITTED = LANDSCAPES_DIR / "bench-search-h200" / "bench-search.json"
 
 @pytest.mark.parametrize("name", SEARCHED)
 def test_where_no_prior_hits_the_default_strategy_still_beats_the_best_rival(name: str) -> None:
-    from pytest_ktune._benchsearch import OWN_STRATEGIES, Problem, run_ktune
+    from pytest_ktune.lab.strategies import OWN_STRATEGIES, Problem, run_ktune
 
     from ._data import LANDSCAPES, target
 
@@ -187,7 +179,8 @@ def test_where_no_prior_hits_the_default_strategy_still_beats_the_best_rival(nam
 
 
 def test_the_overall_table_sums_medians_and_counts_a_miss_as_the_budget_plus_one() -> None:
-    from pytest_ktune._benchsearch import LandscapeResult, overall, overall_markdown, versus
+    from pytest_ktune.lab.results import LandscapeResult, overall, versus
+    from pytest_ktune.lab.tables import overall_markdown
 
     land = landscape(RMSNORM)
     opt = land.optimum.value_us

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ktune._landscape import FORMAT, LandscapeError, load, space_of
+from pytest_ktune.lab.landscape import FORMAT, LandscapeError, load, space_of
 
 from ._data import SILU, landscape, target
 

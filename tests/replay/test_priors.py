@@ -10,8 +10,10 @@ import numpy as np
 
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
-from pytest_ktune._errors import SpaceError
-from pytest_ktune._priors import (
+from pytest_ktune.core.errors import SpaceError
+from pytest_ktune.core.target import Target
+from pytest_ktune.lab.replay import _device_of
+from pytest_ktune.tuner.priors import (
     TWIN,
     _itemsize,
     _widths,
@@ -23,8 +25,6 @@ from pytest_ktune._priors import (
     occupancy,
     one_per_thread,
 )
-from pytest_ktune._replay import _device_of
-from pytest_ktune._target import Target
 
 from ._data import RMSNORM, SILU, landscape, target
 
@@ -328,7 +328,7 @@ def test_vector_widths_are_found_by_name_unless_declared() -> None:
 
 
 def test_a_work_function_that_fails_is_an_error_naming_the_target() -> None:
-    from pytest_ktune._errors import KtuneError
+    from pytest_ktune.core.errors import KtuneError
 
     t = _topk_target(vectors=["VPT"], work=lambda x: x.no_such_attribute)
     try:

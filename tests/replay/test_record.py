@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_ktune import cli
-from pytest_ktune._landscape import load
-from pytest_ktune._replay import check_landscape, replay_tune
+from pytest_ktune.lab.landscape import load
+from pytest_ktune.lab.replay import check_landscape, replay_tune
 
 from ._data import ROOT, target
 
@@ -59,8 +59,8 @@ def test_one_file_cannot_hold_two_landscapes(project: Path, capsys: pytest.Captu
 
 
 def test_key_rules_pick_the_smallest_and_largest_case_within_a_size() -> None:
-    from pytest_ktune._record import choose_keys, parse_bytes
-    from pytest_ktune._tuner import key_label
+    from pytest_ktune.core.keys import key_label
+    from pytest_ktune.lab.record import choose_keys, parse_bytes
 
     t = target("silu_and_mul")
     assert parse_bytes("64M") == 64 << 20 and parse_bytes("1.5k") == 1536 and parse_bytes("100") == 100

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ktune import cli
-from pytest_ktune._landscape import load
+from pytest_ktune.lab.landscape import load
 
 from ._data import ROOT
 

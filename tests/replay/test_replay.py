@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_ktune._landscape import LandscapeError
-from pytest_ktune._replay import ReplayPool, check_landscape, replay_tune
-from pytest_ktune._space import config_key
-from pytest_ktune._worker import TargetRef, WorkerSpec
+from pytest_ktune.core.space import config_key
+from pytest_ktune.lab.landscape import LandscapeError
+from pytest_ktune.lab.replay import ReplayPool, check_landscape, replay_tune
+from pytest_ktune.measure.worker import TargetRef, WorkerSpec
 
 from ._data import LANDSCAPES, RMSNORM, ROOT, SILU, landscape, target
 
@@ -89,7 +89,7 @@ def test_every_committed_landscape_matches_the_example_project() -> None:
 
 
 def test_the_best_recorded_for_another_key_is_timed_after_the_first_prior() -> None:
-    from pytest_ktune._replay import record_of
+    from pytest_ktune.lab.replay import record_of
 
     land = landscape(SILU)
     other = replace(land, key={"T": 16, "I": 14336, "dtype": "float16"})
@@ -103,7 +103,7 @@ def test_the_best_recorded_for_another_key_is_timed_after_the_first_prior() -> N
 
 def test_a_key_tuned_before_times_its_parameters_first() -> None:
     # What tuning found for this very key is the best guess there is: it goes before every prior.
-    from pytest_ktune._replay import record_of
+    from pytest_ktune.lab.replay import record_of
 
     land = landscape(SILU)
     mine = {"BLOCK": 128, "VEC": 4, "ITEMS": 2}
@@ -127,7 +127,7 @@ def test_a_budget_as_large_as_the_space_times_every_point(seed: int) -> None:
 def test_a_record_of_other_element_types_is_timed_after_the_priors() -> None:
     # A float32 key's best says little about a float16 key's vector width: every prior, computed for
     # this key's dtype and launch, goes first.
-    from pytest_ktune._replay import record_of
+    from pytest_ktune.lab.replay import record_of
 
     land = landscape(SILU)
     seen = {"BLOCK": 64, "VEC": 2, "ITEMS": 2}

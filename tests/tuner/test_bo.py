@@ -13,9 +13,10 @@ import numpy as np
 
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
-from pytest_ktune._bo import GaussianProcess, Inputs, expected_improvement, nearest, propose
-from pytest_ktune._space import Value, config_key, steps
-from pytest_ktune._tuner import Encoding, make_sampler
+from pytest_ktune.core.space import Value, config_key, steps
+from pytest_ktune.tuner.bo import GaussianProcess, Inputs, expected_improvement, nearest, propose
+from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.samplers import make_sampler
 
 PARAMS: dict[str, list[Value]] = {"BLOCK": [32, 64, 128, 256, 512, 1024], "VEC": [1, 2, 4, 8], "ITEMS": [1, 2, 4]}
 GRID = [dict(zip(PARAMS, v, strict=True)) for v in itertools.product(*PARAMS.values())]

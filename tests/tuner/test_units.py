@@ -15,10 +15,15 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from pytest_ktune import Case, KtuneError, Space, Tensor, target
-from pytest_ktune._space import Value, config_key
-from pytest_ktune._store import Record, Store, key_string, target_id
-from pytest_ktune._tuner import Encoding, TuneSettings, _warm_starts, decide, redact
-from pytest_ktune._worker import ABOutcome, CaseTime
+from pytest_ktune.core.keys import key_string
+from pytest_ktune.core.redact import redact
+from pytest_ktune.core.space import Value, config_key
+from pytest_ktune.core.store import Record, Store, target_id
+from pytest_ktune.measure.worker import ABOutcome, CaseTime
+from pytest_ktune.tuner.decide import decide
+from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.settings import TuneSettings
+from pytest_ktune.tuner.tune import _warm_starts
 
 
 def _launch(kernel: Any, x: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,7 @@ class FakeBackend:
     """Implements the Backend protocol on host memory; ``script`` decides what timers report."""
 
     name = "fake"
+    cache_dir: Path | None = None
 
     def __init__(self, script: TimeScript, clock: FakeClock | None = None,
                  seconds_per_sample: float = 0.01) -> None:

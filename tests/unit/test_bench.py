@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_ktune import _bench
-from pytest_ktune._bench import (
+from pytest_ktune.measure import bench as _bench
+from pytest_ktune.measure.bench import (
     BenchConfig,
     Measurement,
     measure,

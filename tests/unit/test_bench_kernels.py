@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from pytest_ktune import MismatchError
-from pytest_ktune._bench import Measurement
-from pytest_ktune._store import Record, Store, Tuned
-from pytest_ktune._verify import draw_inputs
+from pytest_ktune.core.store import Record, Store, Tuned
+from pytest_ktune.measure.bench import Measurement
+from pytest_ktune.measure.verify import draw_inputs
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_kernels.py"
 

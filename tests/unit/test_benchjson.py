@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune._bench import Measurement
-from pytest_ktune._benchjson import benchmark, build, commit_info, stats
-from pytest_ktune._session import PerfResult
+from pytest_ktune.gate.verdict import PerfResult
+from pytest_ktune.measure.bench import Measurement
+from pytest_ktune.report.benchjson import benchmark, build, commit_info, stats
 
 TARGET = "kernels/rmsnorm.py::rmsnorm"
 

@@ -17,17 +17,13 @@ import pytest
 
 import ktune
 from pytest_ktune import KtuneError, MismatchError, ReferenceShapeError
-from pytest_ktune._discover import discover
-from pytest_ktune._target import (
-    DEFAULT_TOLERANCES,
-    Target,
-    bfloat16_dtype,
-    dtype_family,
-    is_bfloat16,
-    tolerance_for,
-)
-from pytest_ktune._verify import call_reference, check_outputs, compare_one, draw_inputs
 from pytest_ktune.backends.base import poison_value
+from pytest_ktune.core.case import DEFAULT_TOLERANCES, tolerance_for
+from pytest_ktune.core.compare import compare_one
+from pytest_ktune.core.discover import discover
+from pytest_ktune.core.dtypes import bfloat16_dtype, dtype_family, is_bfloat16
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.verify import call_reference, check_outputs, draw_inputs
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"

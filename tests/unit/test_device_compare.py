@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from pytest_ktune import Case, MismatchError, ReferenceShapeError, Space, Target, Tensor, Tolerance, target
-from pytest_ktune._evaluate import DEVICE_COMPARE_MIN_BYTES, InputCache, Job, verify_once
-from pytest_ktune._verify import compare_one, device_close
 from pytest_ktune.backends.base import DeviceInfo, Resources
+from pytest_ktune.core.compare import compare_one, device_close
+from pytest_ktune.measure.evaluate import DEVICE_COMPARE_MIN_BYTES, InputCache, Job, verify_once
 
 LOOSE = Tolerance(norm=1.0, atol=1e-3, rtol=1e-2)
 EXACT = Tolerance(norm=0.0, atol=0.0, rtol=0.0)
@@ -206,6 +206,7 @@ class HostBackend:
 
     name: str = "opencl"
     device: DeviceInfo = FAKE_DEVICE
+    cache_dir: Path | None = None
     uploads: list[tuple[int, ...]] = field(default_factory=list)
     downloads: int = 0
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from pytest_ktune import BackendUnavailable, KtuneError, MismatchError
-from pytest_ktune._discover import import_file
-from pytest_ktune._verify import call_reference, check_outputs, draw_inputs
+from pytest_ktune.core.discover import import_file
+from pytest_ktune.measure.verify import call_reference, check_outputs, draw_inputs
 
 # Imported as the ktune command line imports targets, which puts the repository on sys.path.
 KERNELS = Path(__file__).resolve().parents[2] / "example_project" / "kernels"
@@ -218,7 +218,7 @@ def test_the_opencl_template_encodes_fp8_exactly_like_the_reference() -> None:
     """With a group maximum of 448 the scale is exactly 1, so the kernel's codes are its encoder's
     codes of the inputs themselves: every finite value, every tie and its neighbours."""
     from pytest_ktune import backends
-    from pytest_ktune._runtime import run
+    from pytest_ktune.measure.runtime import run
 
     try:
         be = backends.create("opencl")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pytest_ktune import MismatchError
-from pytest_ktune._discover import import_file
-from pytest_ktune._verify import call_reference, check_outputs, draw_inputs
+from pytest_ktune.core.discover import import_file
+from pytest_ktune.measure.verify import call_reference, check_outputs, draw_inputs
 
 # Imported as the ktune command line imports targets, which puts the repository on sys.path.
 KERNELS = Path(__file__).resolve().parents[2] / "example_project" / "kernels"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_ktune import KtuneError
-from pytest_ktune._bench import Measurement, mann_whitney_greater
-from pytest_ktune._gate import ALPHA, Threshold, confirm, screen
+from pytest_ktune.gate.decision import ALPHA, Threshold, confirm, screen
+from pytest_ktune.measure.bench import Measurement, mann_whitney_greater
 
 
 def _m(*samples: float) -> Measurement:

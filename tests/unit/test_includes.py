@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from pytest_ktune import Case, Space, StoreError, Target, Tensor, target
-from pytest_ktune._store import Baseline, Record, Store, source_changed
-from pytest_ktune._target import include_closure, pin_includes, read_local
 from pytest_ktune.backends.cuda import CudaBackend
+from pytest_ktune.core.includes import include_closure, pin_includes, read_local
+from pytest_ktune.core.store import Baseline, Record, Store, source_changed
 
 
 def _kernel(kernel: Any, x: Any) -> Any:

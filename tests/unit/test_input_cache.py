@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from pytest_ktune import Case, Space, Target, Tensor, target
-from pytest_ktune._evaluate import InputCache, Job
+from pytest_ktune.measure.evaluate import InputCache, Job
 
 CALLS: list[int] = []
 

@@ -6,10 +6,11 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from pytest_ktune._bench import Measurement
-from pytest_ktune._junit import build, classname, clean
-from pytest_ktune._session import ItemOutcome, PerfResult
-from pytest_ktune._tuner import TuneOutcome
+from pytest_ktune.gate.verdict import PerfResult
+from pytest_ktune.measure.bench import Measurement
+from pytest_ktune.report.junit import build, classname, clean
+from pytest_ktune.report.results import ItemOutcome
+from pytest_ktune.tuner.outcome import TuneOutcome
 
 TARGET = "kernels/rmsnorm.py::rmsnorm"
 DEVICE = "NVIDIA H200"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune import Target
-from pytest_ktune._store import KtuneWarning
+from pytest_ktune.measure.production import KtuneWarning
 
 cl = pytest.importorskip("pyopencl")
 cl_array = pytest.importorskip("pyopencl.array")
@@ -110,8 +110,8 @@ def test_a_damaged_params_file_warns_and_runs_the_default(tmp_path: Path) -> Non
 
 def test_two_backends_on_one_device_never_share_a_compiled_program() -> None:
     """A program belongs to its context: a second OpenCL context on the same device gets its own build."""
-    from pytest_ktune._runtime import CompileCache
     from pytest_ktune.backends.opencl import OpenCLBackend
+    from pytest_ktune.measure.runtime import CompileCache
 
     cache = CompileCache()
     first, second = OpenCLBackend(queue=_queue()), OpenCLBackend(queue=_queue())

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pytest_ktune._progress import Progress
+from pytest_ktune.tuner.progress import Progress
 
 
 class FakeTTY(io.StringIO):

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from pytest_ktune import Space, SpaceError
-from pytest_ktune._space import Constraint
+from pytest_ktune.core.space import Constraint
 
 
 def test_values_keep_their_order_and_points_walk_the_product() -> None:

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 import pytest
 
 from pytest_ktune import StoreError
-from pytest_ktune._store import FORMAT, Baseline, Record, Store, Timing
+from pytest_ktune.core.store import FORMAT, Baseline, Record, Store, Timing
 
 DEVICE = "NVIDIA H200 [cuda]"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune import Case, KtuneError, Space, SpaceError, Target, Tensor, Tolerance, bucket, target
-from pytest_ktune._target import DEFAULT_TOLERANCES, tolerance_for
+from pytest_ktune.core.case import DEFAULT_TOLERANCES, tolerance_for
 
 THIS_FILE = str(Path(__file__).resolve())
 

@@ -12,16 +12,10 @@ from pathlib import Path
 import optuna
 import pytest
 
-from pytest_ktune._tune_report import (
-    StudySummary,
-    TrialRow,
-    history_svg,
-    importance_svg,
-    importances_of,
-    redact_storage,
-    report_slug,
-    write_report,
-)
+from pytest_ktune.report.study import redact_storage, report_slug, write_report
+from pytest_ktune.report.svg import history_svg, importance_svg
+from pytest_ktune.tuner.loop import importances_of
+from pytest_ktune.tuner.outcome import StudySummary, TrialRow
 
 SVG = "{http://www.w3.org/2000/svg}"
 TARGET = "kernels/rmsnorm.py::rmsnorm"
@@ -346,4 +340,4 @@ def test_importances_of_never_raises() -> None:
         def get_trials(self, **_: object) -> list[object]:
             raise RuntimeError("storage went away")
 
-    assert importances_of(Broken()) is None  # type: ignore[arg-type]
+    assert importances_of(Broken()) is None

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune import Case, MismatchError, ReferenceShapeError, Space, Target, Tensor, Tolerance, target
-from pytest_ktune._verify import case_seed, check_outputs, draw_inputs
+from pytest_ktune.measure.verify import case_seed, check_outputs, draw_inputs
 
 THIS_FILE = str(Path(__file__).resolve())
 

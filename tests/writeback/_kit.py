@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from pytest_ktune._writeback import Change
+from pytest_ktune.writeback.change import Change
 
 TOKEN = "ghp_TESTtoken0123456789abcdefSECRET"
 REPOSITORY = "acme/kernels"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ktune._writeback import TRAILER, NothingToWrite, WritebackError, commit_branch
+from pytest_ktune.writeback.change import TRAILER, NothingToWrite, WritebackError
+from pytest_ktune.writeback.modes import commit_branch
 
 from ._kit import (
     BODY,

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ktune._writeback import (
-    Change,
-    NothingToWrite,
-    WritebackError,
-    branch_name,
-    parse_repository,
-    redact,
-    write_file,
-    write_patch,
-)
+from pytest_ktune.writeback.change import Change, NothingToWrite, WritebackError, branch_name, redact
+from pytest_ktune.writeback.github import parse_repository
+from pytest_ktune.writeback.modes import write_file, write_patch
 
 from ._kit import KERNEL, NEW_KERNEL, NEW_PARAMS, OLD_PARAMS, State, assert_untouched, change, git, make_repo
 

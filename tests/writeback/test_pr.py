@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ktune._writeback import NothingToWrite, PullRequest, WritebackError, open_pr
+from pytest_ktune.writeback.change import NothingToWrite, PullRequest, WritebackError
+from pytest_ktune.writeback.github import open_pr
 
 from ._kit import (
     BODY,

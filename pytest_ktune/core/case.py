@@ -1,0 +1,157 @@
+"""What a target promises to handle: cases of tensors and values, and how close its outputs must be."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
+from pytest_ktune.core.errors import KtuneError
+
+
+def bucket(n: int) -> int:
+    """The power of two at or above ``n``: a tuning key for token counts, so
+    that 100 and 120 tokens share one tuned entry."""
+    if n <= 1:
+        return 1
+    return int(1 << (int(n) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input array of a case: shape, dtype and how to fill it.
+
+    ``init`` is ``"normal"`` (the default), ``"uniform"`` (in [-1, 1)),
+    ``"positive"`` (in [0.5, 1.5)), ``"int"`` (integers in [low, high)), or
+    a callable ``(rng, shape, dtype) -> ndarray``. Inputs are drawn fresh for
+    every check, from a seed printed on failure.
+
+    ``dtype="bfloat16"`` gives ``ml_dtypes.bfloat16`` arrays (CUDA backend only): values are drawn
+    in float32 (a callable ``init`` is given float32 too) and rounded to bfloat16, to nearest even.
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any = "float32"
+    init: str | Callable[[np.random.Generator, tuple[int, ...], np.dtype[Any]], np.ndarray] = "normal"
+    scale: float = 1.0
+    low: int = 0
+    high: int = 2
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", as_dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * int(np.dtype(self.dtype).itemsize)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        dt = np.dtype(self.dtype)
+        if is_bfloat16(dt):
+            # numpy's generators and most of its functions know no bfloat16: draw in float32, then
+            # round once (ml_dtypes' cast rounds to nearest even).
+            return self._draw(rng, np.dtype(np.float32)).astype(dt)
+        return self._draw(rng, dt)
+
+    def _draw(self, rng: np.random.Generator, dt: np.dtype[Any]) -> np.ndarray:
+        if callable(self.init):
+            out = np.asarray(self.init(rng, self.shape, dt))
+            if out.shape != self.shape:
+                raise KtuneError(f"Tensor init returned shape {out.shape}, expected {self.shape}")
+            return out.astype(dt, copy=False)
+        if self.init == "normal":
+            return (rng.standard_normal(self.shape, dtype=np.float32) * self.scale).astype(dt)
+        if self.init == "uniform":
+            return (rng.uniform(-1.0, 1.0, self.shape) * self.scale).astype(dt)
+        if self.init == "positive":
+            return (rng.uniform(0.5, 1.5, self.shape) * self.scale).astype(dt)
+        if self.init == "int":
+            return rng.integers(self.low, self.high, self.shape).astype(dt)
+        raise KtuneError(f"unknown Tensor init {self.init!r}",
+                         hint="use normal, uniform, positive, int or a callable")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close a kernel's output must be to the reference.
+
+    Both tests apply: the relative norm ``|out - ref| / |ref| <= norm``, and
+    elementwise ``|out - ref| <= atol + rtol * |ref|``.
+    """
+
+    norm: float
+    atol: float
+    rtol: float
+
+
+DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
+    "float16": Tolerance(norm=2e-3, atol=1e-2, rtol=1e-2),
+    # bfloat16 keeps 8 significant bits: unit roundoff 2^-8 = 3.9e-3. A kernel that computes in
+    # float32 and rounds its result once is off by at most that, relative, per element, and by
+    # about 2e-3 in relative norm. The limits allow 4 times that, as fp16's do for its 2^-11;
+    # rtol 1.6e-2 is torch.testing's for bfloat16, atol 1e-2 is fp16's (values near zero).
+    "bfloat16": Tolerance(norm=1.6e-2, atol=1e-2, rtol=1.6e-2),
+    "float32": Tolerance(norm=1e-5, atol=1e-5, rtol=1e-4),
+    "float64": Tolerance(norm=1e-12, atol=1e-12, rtol=1e-10),
+}
+
+
+_EXACT = Tolerance(norm=0.0, atol=0.0, rtol=0.0)
+
+
+def tolerance_for(dtype: np.dtype[Any], override: Tolerance | Mapping[str, Tolerance] | None) -> Tolerance:
+    name = as_dtype(dtype).name
+    if isinstance(override, Tolerance):
+        return override
+    if override and name in override:
+        return override[name]
+    return DEFAULT_TOLERANCES.get(name, _EXACT)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One shape and dtype combination the kernel promises to handle.
+
+    ``Case(x=Tensor((64, 4096), "float16"), w=Tensor((4096,), "float16"), eps=1e-6)``.
+    Keyword arguments are the kernel function's arguments: ``Tensor`` values
+    become fresh random device arrays, other values are passed as they are.
+    ``id`` names the case in test ids; ``warm_cache=True`` skips the L2 flush
+    (for kernels that in production read data a previous kernel just wrote);
+    ``backends`` limits the case to some backends (e.g. very large shapes to
+    ``("cuda",)``).
+    """
+
+    args: Mapping[str, Any]
+    id: str | None = None
+    warm_cache: bool = False
+    backends: tuple[str, ...] | None = None
+
+    def __init__(self, *, id: str | None = None, warm_cache: bool = False,
+                 backends: Sequence[str] | None = None, **args: Any) -> None:
+        object.__setattr__(self, "args", dict(args))
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "warm_cache", warm_cache)
+        object.__setattr__(self, "backends", tuple(backends) if backends else None)
+
+    @property
+    def tensors(self) -> dict[str, Tensor]:
+        return {k: v for k, v in self.args.items() if isinstance(v, Tensor)}
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def runs_on(self, backend: str) -> bool:
+        return self.backends is None or backend in self.backends

@@ -1,0 +1,198 @@
+"""The tunable parameter space of a kernel template and its constraints."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_ktune.core.errors import KtuneError, SpaceError
+
+Value = int | float | str | bool
+
+
+Config = Mapping[str, Value]
+
+
+_ALLOWED_NODES = (
+    ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Name,
+    ast.Load, ast.Constant, ast.And, ast.Or, ast.Not, ast.Add, ast.Sub, ast.Mult,
+    ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.USub, ast.UAdd, ast.Eq, ast.NotEq,
+    ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Call, ast.Tuple,
+    ast.List, ast.IfExp, ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift,
+)
+
+
+_FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "abs": abs}
+
+
+def checked_expression(text: str, *, label: str, nodes: tuple[type, ...], functions: Mapping[str, Any],
+                       error: type[KtuneError], hint: str, node_hint: str | None = None,
+                       call_hint: str | None = None, integers_only: bool = False) -> tuple[Any, frozenset[str]]:
+    """Compile ``text`` as one expression made only of ``nodes``, calling only ``functions`` by name
+    (and, with ``integers_only``, holding no other constant than integers), so that evaluating it can
+    never run arbitrary code. Returns the code and the names it reads; raises ``error`` (a KtuneError
+    taking ``hint``) saying what is not allowed."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise error(f"{label} {text!r} is not a valid expression ({exc.msg})", hint=hint) from None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, nodes):
+            raise error(f"{label} {text!r} uses {type(node).__name__}, which is not allowed",
+                        hint=node_hint or hint)
+        if integers_only and isinstance(node, ast.Constant) and type(node.value) is not int:
+            raise error(f"{label} {text!r} has the constant {node.value!r}; only integers are allowed", hint=hint)
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in functions) or node.keywords:
+                raise error(f"{label} {text!r} calls something other than {_listed(functions)}",
+                            hint=call_hint or hint)
+        elif isinstance(node, ast.Name) and node.id not in functions:
+            names.add(node.id)
+    return compile(tree, f"<{label} {text.strip()}>", "eval"), frozenset(names)
+
+
+def _listed(functions: Mapping[str, Any]) -> str:
+    names = list(functions)
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One boolean expression over parameters and key dimensions, e.g. ``H % VEC == 0``.
+
+    Parsed once; only arithmetic, comparisons, boolean logic and ``min``,
+    ``max``, ``abs`` are allowed, so a constraint can never run arbitrary code.
+    """
+
+    text: str
+    names: frozenset[str]
+    _code: Any = field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Constraint:
+        code, names = checked_expression(
+            text, label="constraint", nodes=_ALLOWED_NODES, functions=_FUNCTIONS, error=SpaceError,
+            hint="write it as a Python boolean expression, e.g. 'H % VEC == 0'",
+            node_hint="use only arithmetic, comparisons, and/or/not, min, max and abs",
+            call_hint="use only min(), max() and abs() in constraints")
+        return cls(text=text, names=names, _code=code)
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        scope = dict(_FUNCTIONS)
+        scope.update(values)
+        try:
+            return bool(eval(self._code, {"__builtins__": {}}, scope))
+        except ZeroDivisionError:
+            return False
+
+
+@dataclass(frozen=True)
+class Space:
+    """Categorical values for each tunable parameter, plus constraints.
+
+    ``Space(BLOCK=[64, 128, 256], VEC=[1, 2, 4], constraints=["H % VEC == 0"])``.
+    A constraint may name parameters and the dimensions of the target's
+    tuning key (``H`` above); those are checked when the key is known.
+    """
+
+    params: Mapping[str, tuple[Value, ...]]
+    constraints: tuple[Constraint, ...] = ()
+
+    def __init__(self, constraints: Sequence[str] = (), **params: Sequence[Value]) -> None:
+        if not params:
+            raise SpaceError("a Space needs at least one parameter",
+                             hint="e.g. ktune.Space(BLOCK=[128, 256])")
+        clean: dict[str, tuple[Value, ...]] = {}
+        for name, values in params.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise SpaceError(f"parameter {name} must be given a list of values, got {values!r}",
+                                 hint=f"write {name}=[...]")
+            if len(values) == 0:
+                raise SpaceError(f"parameter {name} has no values",
+                                 hint=f"give {name} at least one value")
+            if len(set(values)) != len(values):
+                raise SpaceError(f"parameter {name} lists a value twice: {list(values)}",
+                                 hint="list each value once")
+            clean[name] = tuple(values)
+        object.__setattr__(self, "params", clean)
+        object.__setattr__(self, "constraints", tuple(Constraint.parse(c) for c in constraints))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.params)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for values in self.params.values():
+            n *= len(values)
+        return n
+
+    def check_names(self, key_dims: Sequence[str]) -> None:
+        """Fail if a constraint names something that is neither a parameter nor a key dimension."""
+        known = set(self.params) | set(key_dims)
+        for c in self.constraints:
+            unknown = sorted(c.names - known)
+            if unknown:
+                raise SpaceError(
+                    f"constraint {c.text!r} names {', '.join(unknown)}, which is neither a "
+                    f"parameter ({', '.join(self.params)}) nor a key dimension "
+                    f"({', '.join(key_dims) or 'none'})",
+                    hint="fix the spelling, or add the name to the Space or to the key",
+                )
+
+    def violated(self, config: Config, key: Mapping[str, Any]) -> list[str]:
+        """The constraints that ``config`` breaks for this key (empty when it is valid)."""
+        bad = [name for name in config if name not in self.params]
+        if bad:
+            return [f"unknown parameter {n}" for n in bad]
+        missing = [name for name in self.params if name not in config]
+        if missing:
+            return [f"missing parameter {n}" for n in missing]
+        foreign = [f"{n}={config[n]!r} is not one of the Space's values {list(self.params[n])}"
+                   for n in self.params if config[n] not in self.params[n]]
+        if foreign:
+            return foreign
+        values = {**key, **config}
+        return [c.text for c in self.constraints if not c.holds(values)]
+
+    def valid(self, config: Config, key: Mapping[str, Any]) -> bool:
+        return not self.violated(config, key)
+
+    def points(self) -> Iterator[dict[str, Value]]:
+        """Every point of the space, constraints not applied, in a stable order."""
+        names = list(self.params)
+        for combo in itertools.product(*(self.params[n] for n in names)):
+            yield dict(zip(names, combo, strict=True))
+
+    def feasible(self, key: Mapping[str, Any]) -> Iterator[dict[str, Value]]:
+        """Every point that satisfies all constraints for this key."""
+        self.check_names(list(key))
+        for p in self.points():
+            if self.valid(p, key):
+                yield p
+
+
+def config_key(config: Mapping[str, Value]) -> str:
+    """A configuration as one string, the same whatever the order of its parameters."""
+    return json.dumps(dict(sorted(config.items())), sort_keys=True)
+
+
+def steps(a: Mapping[str, Value], b: Mapping[str, Value], params: Mapping[str, Sequence[Value]]) -> int:
+    """How many steps apart two configurations are: per parameter, how far apart their values are
+    among its values in order (numeric), or whether they differ (categorical)."""
+    out = 0
+    for name, values in params.items():
+        if a[name] == b[name]:
+            continue
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            ordered = sorted(values, key=float)
+            out += abs(ordered.index(a[name]) - ordered.index(b[name]))
+        else:
+            out += 1
+    return out

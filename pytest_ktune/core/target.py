@@ -1,0 +1,294 @@
+"""A kernel template as declared: its sources, space, cases and reference (``declare``).
+
+The public ``@ktune.target`` (``measure.production.target``) declares a ``Target`` that also runs
+when called; this layer knows only the declaration.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pytest_ktune.core.case import Case, Tolerance
+from pytest_ktune.core.dtypes import is_bfloat16
+from pytest_ktune.core.errors import KtuneError, SpaceError
+from pytest_ktune.core.includes import deps_hash, include_closure, read_local, source_hash
+from pytest_ktune.core.space import Config, Space, Value
+
+BACKENDS = ("cuda", "opencl")
+
+
+def _auto_case_id(case: Case, key: Mapping[str, Any]) -> str:
+    """``T64-H4096-float16``: numeric key dimensions with their names, other values alone."""
+    parts = [f"{k}{v}" if isinstance(v, (int, float)) else str(v) for k, v in key.items()]
+    for dt in sorted({t.dtype.name for t in case.tensors.values()}):
+        if dt not in parts:
+            parts.append(dt)
+    return "-".join(parts) or "case"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A kernel template that pytest-ktune checks, times and tunes.
+
+    Made by ``@ktune.target``; calling it runs the kernel with the parameters
+    recorded for this device and key, or the default where none is recorded.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    sources: Mapping[str, Path]
+    space: Space
+    default: Mapping[str, Value]
+    key_fn: Callable[..., Mapping[str, Any]]
+    cases: tuple[Case, ...]
+    reference: Callable[..., Any]
+    file: Path
+    module: str
+    kernel_name: str
+    tolerance: Tolerance | Mapping[str, Tolerance] | None = None
+    bytes_moved: Callable[..., int] | None = None
+    flops: Callable[..., int] | None = None
+    defines_fn: Callable[..., Mapping[str, Value]] | None = None
+    vectors: tuple[str, ...] | None = None  # the parameters that are vector widths; None: by name
+    work_fn: Callable[..., int] | None = None
+    _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    @property
+    def where(self) -> str:
+        return f"target {self.name} ({self.file})"
+
+    # -- sources ---------------------------------------------------------
+    def source_path(self, backend: str) -> Path:
+        if backend not in self.sources:
+            raise KtuneError(f"no {backend} source declared", where=self.where,
+                             hint=f"add sources={{'{backend}': 'path/to/kernel'}} to @ktune.target")
+        return self.sources[backend]
+
+    def source_text(self, backend: str) -> str:
+        path = self.source_path(backend)
+        try:
+            return path.read_text()
+        except OSError as exc:
+            raise KtuneError(f"cannot read {backend} source {path}: {exc.strerror}", where=self.where,
+                             hint="fix the path in sources= (relative paths are resolved "
+                                  "against the file that defines the target)") from None
+
+    def source_hash(self, backend: str) -> str:
+        return source_hash(self.source_text(backend))
+
+    def _includes(self, backend: str) -> dict[Path, str]:
+        return include_closure(self.source_path(backend), self.source_text(backend), read_local)
+
+    def includes(self, backend: str) -> list[Path]:
+        """The local files the backend's source includes, directly or through each other."""
+        return list(self._includes(backend))
+
+    def deps_hash(self, backend: str) -> str | None:
+        """A hash of the local files the backend's source includes; None when it includes none."""
+        return deps_hash(self.source_path(backend), self._includes(backend))
+
+    # -- calls -----------------------------------------------------------
+    def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
+        """Bind call arguments (without the leading kernel) to the function's signature."""
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def key(self, bound: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(_call_with(self.key_fn, bound, self.where, "key"))
+
+    def defines(self, bound: Mapping[str, Any]) -> dict[str, Value]:
+        if self.defines_fn is None:
+            return {}
+        return dict(_call_with(self.defines_fn, bound, self.where, "defines"))
+
+    def bytes_for(self, bound: Mapping[str, Any]) -> int | None:
+        if self.bytes_moved is None:
+            return None
+        return int(_call_with(self.bytes_moved, bound, self.where, "bytes_moved"))
+
+    def vector_params(self) -> list[str]:
+        """The parameters that set a vector width in elements: as declared, else those named like one
+        (``VECTOR_NAME``: VEC, VECTOR, WIDTH, PACK)."""
+        if self.vectors is not None:
+            return list(self.vectors)
+        return [n for n in self.space.params if VECTOR_NAME.search(n)]
+
+    def work_for(self, bound: Mapping[str, Any]) -> int | None:
+        """The elements the kernel's threads share out, as declared (``work=``); None: not declared."""
+        if self.work_fn is None:
+            return None
+        return int(_call_with(self.work_fn, bound, self.where, "work"))
+
+    def flops_for(self, bound: Mapping[str, Any]) -> int | None:
+        if self.flops is None:
+            return None
+        return int(_call_with(self.flops, bound, self.where, "flops"))
+
+    def case_args(self, case: Case) -> dict[str, Any]:
+        """The case's arguments bound to the function signature, tensors as specs."""
+        return dict(self.bind(**case.args).arguments)
+
+    def case_key(self, case: Case) -> dict[str, Any]:
+        return self.key(self.case_args(case))
+
+    def case_id(self, case: Case) -> str:
+        return case.id or _auto_case_id(case, self.case_key(case))
+
+    def check_config(self, config: Config, key: Mapping[str, Any], what: str) -> None:
+        """Raise a SpaceError if ``config`` is not a valid point for ``key``."""
+        try:
+            self.space.check_names(list(key))
+        except SpaceError as exc:  # the Space does not know which target it belongs to
+            raise SpaceError(exc.message, where=self.where, hint=exc.hint) from None
+        broken = self.space.violated(config, key)
+        if not broken:
+            return
+        key_s = ", ".join(f"{k}={v}" for k, v in key.items())
+        if not any(True for _ in self.space.feasible(key)):
+            raise SpaceError(
+                f"the space has no valid point for key {key_s}: the constraints "
+                f"{', '.join(repr(c.text) for c in self.space.constraints)} rule out all "
+                f"{self.space.size} configurations", where=self.where,
+                hint="widen the Space, relax a constraint, or drop this case")
+        raise SpaceError(f"the {what} {dict(config)} is not valid for key {key_s}: "
+                         f"{'; '.join(broken)}", where=self.where,
+                         hint=f"choose a {what} that satisfies the constraints")
+
+
+
+def _call_with(fn: Callable[..., Any], bound: Mapping[str, Any], where: str, what: str) -> Any:
+    params = inspect.signature(fn).parameters
+    accepts_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kwargs = {k: v for k, v in bound.items() if accepts_all or k in params}
+    try:
+        return fn(**kwargs)
+    except KtuneError:
+        raise
+    except Exception as exc:
+        raise KtuneError(f"the {what} function failed: {type(exc).__name__}: {exc}", where=where,
+                         hint=f"its parameters must be named like the kernel function's "
+                              f"({', '.join(bound)})") from exc
+
+
+_REGISTRY: dict[str, Target] = {}
+
+
+def registered() -> dict[str, Target]:
+    """Targets defined so far, by ``module:name``."""
+    return dict(_REGISTRY)
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+VECTOR_NAME = re.compile(r"VEC|WIDTH|PACK", re.I)  # a parameter named like a vector width (VECTOR too)
+
+
+T = TypeVar("T", bound="Target")
+
+
+def declare(
+    cls: type[T],
+    *,
+    sources: Mapping[str, str | Path],
+    space: Space,
+    default: Mapping[str, Value],
+    key: Callable[..., Mapping[str, Any]],
+    cases: Sequence[Case],
+    reference: Callable[..., Any],
+    tolerance: Tolerance | Mapping[str, Tolerance] | None = None,
+    bytes_moved: Callable[..., int] | None = None,
+    flops: Callable[..., int] | None = None,
+    defines: Callable[..., Mapping[str, Value]] | None = None,
+    kernel: str | None = None,
+    name: str | None = None,
+    vectors: Sequence[str] | None = None,
+    work: Callable[..., int] | None = None,
+) -> Callable[[Callable[..., Any]], T]:
+    """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
+
+    The decorated function takes a ``kernel`` handle first (``kernel.params``,
+    ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
+    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
+    space's parameters (and ``defines``) reach the source as ``-D`` macros.
+    """
+
+    def wrap(fn: Callable[..., Any]) -> T:
+        file = Path(inspect.getfile(fn)).resolve()
+        tname = name or fn.__name__
+        where = f"target {tname} ({file})"
+        if not isinstance(space, Space):
+            raise SpaceError("space= must be a ktune.Space", where=where,
+                             hint="write space=ktune.Space(BLOCK=[...], ...)")
+        unknown_backends = sorted(set(sources) - set(BACKENDS))
+        if unknown_backends or not sources:
+            raise KtuneError(f"sources= names unknown backends {unknown_backends}" if unknown_backends
+                             else "sources= is empty", where=where,
+                             hint=f"use the backends {', '.join(BACKENDS)}")
+        resolved = {b: (file.parent / p).resolve() for b, p in sources.items()}
+        missing = sorted(set(space.names) - set(default))
+        extra = sorted(set(default) - set(space.names))
+        if missing or extra:
+            raise SpaceError(
+                f"default= {dict(default)} does not match the space's parameters "
+                f"({', '.join(space.names)})" + (f": missing {missing}" if missing else "")
+                + (f": unknown {extra}" if extra else ""), where=where,
+                hint="give default= one value for each parameter of the Space")
+        for p in space.names:
+            if not _IDENT.match(p):
+                raise SpaceError(f"parameter name {p!r} is not a valid C identifier", where=where,
+                                 hint="parameters become -D macros; use names like BLOCK")
+        if vectors is not None:
+            if isinstance(vectors, str):
+                raise SpaceError(f"vectors={vectors!r} is a string", where=where,
+                                 hint=f"give a list of parameter names: vectors=[{vectors!r}]")
+            for v in vectors:
+                if v not in space.params:
+                    raise SpaceError(f"vectors= names {v!r}, which is not a parameter of the space "
+                                     f"({', '.join(space.names)})", where=where,
+                                     hint="list the parameters that set how many elements a thread loads at once")
+                bad = [x for x in space.params[v] if isinstance(x, bool) or not isinstance(x, int) or x < 1]
+                if bad:
+                    raise SpaceError(f"vectors= names {v!r}, whose values {bad} are not element counts",
+                                     where=where, hint="a vector width is a whole number of elements, 1 or more")
+        if not cases:
+            raise KtuneError("cases= is empty", where=where,
+                             hint="declare at least one ktune.Case the kernel must handle")
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())
+        if not params:
+            raise KtuneError("the kernel function must take the kernel handle as its first argument",
+                             where=where, hint=f"write def {fn.__name__}(kernel, ...)")
+        call_sig = sig.replace(parameters=params[1:])
+        t = cls(
+            name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
+            key_fn=key, cases=tuple(cases), reference=reference, file=file,
+            module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
+            bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
+            vectors=None if vectors is None else tuple(vectors), work_fn=work, _signature=call_sig,
+        )
+        for c in t.cases:
+            try:
+                call_sig.bind(**c.args)
+            except TypeError as exc:
+                raise KtuneError(f"case {c.id or c.args} does not fit the function's signature: {exc}",
+                                 where=where, hint="name each case argument like the function's "
+                                                   "parameters") from None
+        if "opencl" in resolved:
+            for c in t.cases:
+                bf16 = sorted(k for k, v in c.tensors.items() if is_bfloat16(v.dtype))
+                if bf16 and c.runs_on("opencl"):
+                    raise KtuneError(
+                        f"case {t.case_id(c)} has bfloat16 tensors ({', '.join(bf16)}) but may run on "
+                        "the opencl backend, which has no bfloat16", where=where,
+                        hint="bfloat16 runs on the cuda backend: give the case backends=['cuda']")
+        _REGISTRY[f"{t.module}:{t.name}"] = t
+        return t
+
+    return wrap

@@ -1,0 +1,52 @@
+"""How times, parameters and messages are written for people: one formatter of each."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+# Characters XML 1.0 forbids even when escaped (compiler logs can carry them): spaces in one-line text.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
+def us(value: float | None) -> str:
+    """A time in microseconds, as a table cell: two decimals below 1,000, whole numbers above; '-' for none."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def seconds(value: float) -> str:
+    """A time in seconds in a sentence, with its unit: ``2.81 µs`` below a millisecond, else ``1.234 ms``."""
+    return f"{value * 1e6:.2f} µs" if value < 1e-3 else f"{value * 1e3:.3f} ms"
+
+
+def duration(value: float) -> str:
+    """A wall time: ``12.3 s``, ``4 min 05 s`` or ``1 h 02 min``."""
+    s = max(value, 0.0)
+    if s < 60:
+        return f"{s:.1f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def params(values: Mapping[str, object]) -> str:
+    """A configuration as ``BLOCK=256, VEC=4``."""
+    return ", ".join(f"{k}={v}" for k, v in values.items())
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line: control characters and whitespace runs made single spaces, cut to ``limit``
+    characters with '…'."""
+    flat = " ".join(_CONTROL.sub(" ", str(text)).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def first_line(text: str) -> str:
+    """The first non-empty line of ``text`` (``text`` itself when it is blank)."""
+    stripped = text.strip()
+    return stripped.splitlines()[0] if stripped else text

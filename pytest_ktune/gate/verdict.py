@@ -1,0 +1,240 @@
+"""The verdict of one performance item: timed, screened against its baseline, and a suspect slowdown
+confirmed by timing old and new side by side in the same run before it fails.
+
+``Gate.time`` measures a case with the parameters in use; ``Gate.judge`` compares that measurement
+with the record's baseline and returns a ``PerfResult``. A confirmed regression is a result whose
+verdict is ``REGRESSION`` and whose ``failure`` carries the message the item fails with.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pytest_ktune.backends.base import Launch
+from pytest_ktune.core import git
+from pytest_ktune.core.includes import deps_hash, include_closure, include_name, pin_includes, source_hash
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import Baseline, Record
+from pytest_ktune.core.text import seconds
+from pytest_ktune.gate.decision import Threshold, confirm, screen
+from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab
+from pytest_ktune.measure.evaluate import Job, timing_sets
+from pytest_ktune.measure.verify import case_seed
+
+REGRESSION = "REGRESSION"
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    """One row of the summary table."""
+
+    target: str
+    case: str
+    backend: str
+    device: str
+    time_us: float | None
+    baseline_us: float | None
+    ratio: float | None
+    gbps: float | None
+    copy_fraction: float | None
+    verdict: str
+    note: str = ""
+    # For the JUnit and benchmark-JSON reports; empty where a result was made without them.
+    target_id: str = ""
+    params: Mapping[str, Value] = field(default_factory=dict)
+    measurement: Measurement | None = None
+    failure: str = ""  # a confirmed (or unconfirmable) regression: the message the item fails with
+
+
+@dataclass(frozen=True)
+class Row:
+    """A summary row being filled in; ``result`` completes it."""
+
+    target: str
+    case: str
+    backend: str
+    device: str
+    time_us: float | None
+    gbps: float | None
+    copy_fraction: float | None
+    baseline_us: float | None = None
+    ratio: float | None = None
+    target_id: str = ""
+    params: Mapping[str, Value] = field(default_factory=dict)
+    measurement: Measurement | None = None
+
+    def result(self, *, verdict: str, note: str = "", baseline_us: float | None = None,
+               ratio: float | None = None, failure: str = "") -> PerfResult:
+        return PerfResult(target=self.target, case=self.case, backend=self.backend, device=self.device,
+                          time_us=self.time_us, gbps=self.gbps, copy_fraction=self.copy_fraction,
+                          baseline_us=self.baseline_us if baseline_us is None else baseline_us,
+                          ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note,
+                          target_id=self.target_id, params=self.params, measurement=self.measurement,
+                          failure=failure)
+
+
+class Regression(Exception):
+    """A confirmed regression; the message carries the numbers."""
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What the gate needs to know: the project root (for git), the threshold, the run's seed."""
+
+    root: Path
+    threshold: Threshold
+    seed: int
+    bench: BenchConfig | None = None
+
+
+class _Unconfirmed(Exception):
+    """The baseline's source cannot be had from git, so a suspect slowdown cannot be confirmed."""
+
+    def __init__(self, note: str, why: str) -> None:
+        super().__init__(why)
+        self.note = note
+        self.why = why
+
+
+class Gate:
+    """Times cases and judges them against their baselines."""
+
+    def __init__(self, settings: GateSettings) -> None:
+        self.settings = settings
+
+    def bench_config(self, job: Job) -> BenchConfig:
+        return self.settings.bench or BenchConfig.for_backend(job.backend)
+
+    def repro(self, seed: int) -> str:
+        return f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs (case seed {seed})"
+
+    def launch_sets(self, job: Job, params: Mapping[str, Value], label: str,
+                    source: str | None = None) -> tuple[list[list[Launch]], bool]:
+        seed = case_seed(self.settings.seed, job.target, job.case_id, f"perf-{label}")
+        return timing_sets(job, params, seed, repro=self.repro(seed), source=source)
+
+    def time(self, job: Job, params: Mapping[str, Value], target_id: str) -> Row:
+        """Verify and time the case with ``params``: a summary row without a verdict yet."""
+        backend = job.backend
+        try:
+            sets, flush = self.launch_sets(job, params, "current")
+            m = measure(backend, sets, self.bench_config(job), flush=flush)
+            del sets
+        finally:
+            backend.release()
+        bytes_moved = job.target.bytes_for(job.target.case_args(job.case))
+        gbps = bytes_moved / m.median / 1e9 if bytes_moved else None
+        frac = gbps * 1e9 / backend.copy_bandwidth() if gbps else None
+        return Row(target=job.target.name, case=job.case_id, backend=backend.name, device=backend.device.name,
+                   time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=target_id,
+                   params=dict(params), measurement=m)
+
+    def judge(self, job: Job, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
+        """The verdict on a timed row: no baseline, ok, faster, drift, or a regression confirmed A/B."""
+        base = record.baseline if record else None
+        timing = base.timings.get(job.case_id) if base else None
+        m = row.measurement
+        assert m is not None
+        if base is None or timing is None:
+            return row.result(verdict="no baseline",
+                              note="no baseline recorded: run with --ktune-update-baseline to record one")
+        threshold = self.settings.threshold
+        s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, threshold)
+        row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
+        if not s.suspect:
+            faster = s.ratio < 1 - threshold.fraction and m.ci[1] < timing.ci_low_us * 1e-6
+            return row.result(verdict="faster" if faster else "ok")
+        return self._confirm(job, params, base, m, row)
+
+    def _confirm(self, job: Job, params: Mapping[str, Value], base: Baseline, m: Measurement,
+                 row: Row) -> PerfResult:
+        threshold = self.settings.threshold
+        target, backend = job.target, job.backend
+        current_hash = target.source_hash(backend.name)
+        current_deps = target.deps_hash(backend.name)
+        same_file = current_hash == base.source_hash
+        same_includes = base.deps_hash in (None, current_deps)  # None: the baseline makes no claim
+        same_source = same_file and same_includes
+        numbers = (f"{seconds(m.median)} against a baseline of "
+                   f"{seconds(base.timings[job.case_id].median_us * 1e-6)} "
+                   f"(x{row.ratio:.3f}, threshold {threshold})")
+        if same_source and dict(base.params) == dict(params):
+            return row.result(verdict="drift", note=(
+                f"{numbers}, but the source and parameters are those of the baseline: "
+                "the machine differs from the one that recorded it, or is noisy"))
+        with tempfile.TemporaryDirectory(prefix="ktune-baseline-") as scratch:
+            try:
+                old_source = None if same_source else self._baseline_source(
+                    job, base, Path(scratch), same_file=same_file, same_includes=same_includes)
+            except _Unconfirmed as exc:
+                return row.result(verdict=REGRESSION, note=f"unconfirmed: {exc.note}", failure=(
+                    f"{target.name}[{job.case_id}] on {backend.device.name}: {numbers}. {exc.why}, so the "
+                    "slowdown could not be confirmed A/B. Record baselines from committed sources, or run "
+                    "with --ktune-update-baseline if the slowdown is accepted."))
+            try:
+                sets_a, flush = self.launch_sets(job, params, "ab-current")
+                sets_b, _ = self.launch_sets(job, base.params, "ab-baseline", source=old_source)
+                a, b = measure_ab(backend, sets_a, sets_b, self.bench_config(job), flush=flush)
+                del sets_a, sets_b
+            finally:
+                backend.release()
+        c = confirm(a, b, threshold)
+        ab_text = (f"same-run A/B: current {seconds(a.median)} vs the baseline's "
+                   f"{'source and ' if not same_source else ''}parameters {seconds(b.median)}: "
+                   f"x{c.ratio:.3f}, p={c.p_value:.2g}")
+        if not c.confirmed:
+            return row.result(verdict="ok", note=f"screen flagged {numbers}; {ab_text}: not a regression")
+        changed = []
+        if not same_file:
+            changed.append(f"source {base.source_hash} -> {current_hash}")
+        if not same_includes:
+            path = target.source_path(backend.name)
+            names = ", ".join(include_name(path, p) for p in target.includes(backend.name))
+            changed.append(f"included files{f' ({names})' if names else ''} {base.deps_hash} -> "
+                           f"{current_deps or 'none'}")
+        if dict(base.params) != dict(params):
+            changed.append(f"parameters {dict(base.params)} -> {dict(params)}")
+        return replace(row, ratio=c.ratio).result(verdict=REGRESSION, note=ab_text, failure=(
+            f"{target.name}[{job.case_id}] on {backend.device.name} regressed: {numbers}; confirmed by "
+            f"{ab_text}. Changed since the baseline (commit {(base.commit or 'none')[:12]}): "
+            f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
+            "--ktune-update-baseline."))
+
+    def _baseline_source(self, job: Job, base: Baseline, scratch: Path, *, same_file: bool,
+                         same_includes: bool) -> str:
+        """The baseline's source, to compile for the A/B: the source file, from git at the baseline's
+        commit where it changed (not ``same_file``), and where the files it includes changed too (not
+        ``same_includes``), the baseline's copies of them, from git, written under ``scratch`` with the
+        includes pointed at them. Raises _Unconfirmed where git cannot give them."""
+        target, backend = job.target, job.backend
+        root, commit = self.settings.root, base.commit
+        path = target.source_path(backend.name)
+        text = target.source_text(backend.name)
+        if not same_file:
+            old = git.file_at(root, commit, path) if commit else None
+            if old is None or source_hash(old) != base.source_hash:
+                raise _Unconfirmed("old source not in git",
+                                   "The source changed since the baseline, and git holds no copy of the "
+                                   f"baseline's source at commit {commit or '(none recorded)'}")
+            text = old
+        if same_includes:
+            return text
+        not_in_git: list[Path] = []
+
+        def read_old(p: Path) -> str | None:
+            old = git.file_at(root, commit, p) if commit else None
+            if old is None and p.is_file():
+                not_in_git.append(p)
+            return old
+
+        headers = include_closure(path, text, read_old)
+        if deps_hash(path, headers) != base.deps_hash:
+            names = ", ".join(include_name(path, p) for p in not_in_git)
+            what = f"header{'s' if len(not_in_git) > 1 else ''} {names}" if names else "headers"
+            raise _Unconfirmed(f"old {what} not in git",
+                               "The files the source includes changed since the baseline, and git holds "
+                               f"no copy of the baseline's {what} at commit {commit or '(none recorded)'}")
+        return pin_includes(path, text, headers, scratch)

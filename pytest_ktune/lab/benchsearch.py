@@ -1,0 +1,180 @@
+"""``ktune bench-search``: how few trials each search strategy needs on recorded landscapes.
+
+Every strategy gets the same budget and the same seeds, and every strategy's trials are counted the
+same way: **a trial is a distinct configuration sent to the device** (compiled there, then verified
+and timed). A configuration that fails to compile or breaks a device limit counts, since it cost a
+compile; one that breaks a Space constraint never reaches the device and does not count; a
+configuration proposed again is answered from memory and does not count.
+
+Strategies: ``ktune`` (the live tuner's default path: ``tune_key`` with its warm starts and device
+priors, then the ``bo`` sampler), two of its parts for comparison (``ktune:tpe``: the same warm
+starts and priors, then the tuner's TPE; ``bo``: the sampler alone, from the default), Optuna's
+``random``, ``tpe`` (plain, Optuna's defaults), ``gp`` and ``cmaes`` (through the tuner's own loop,
+without warm starts), and Kernel Tuner's strategies (``kt:<name>``) through its own simulation mode,
+from a cache file written from the landscape. The summary sets ``ktune`` against the best of the
+strategies that are not its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_ktune.core.discover import discover
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.store import target_id
+from pytest_ktune.lab.landscape import LandscapeError, load
+from pytest_ktune.lab.replay import check_landscape
+from pytest_ktune.lab.results import BenchSettings, LandscapeResult, StrategyResult, budget_for, summary_lines, versus
+from pytest_ktune.lab.strategies import (
+    OPTUNA_STRATEGIES,
+    Problem,
+    SkipStrategy,
+    Trace,
+    check_strategies,
+    run_kernel_tuner,
+    run_ktune,
+    run_optuna,
+)
+from pytest_ktune.lab.tables import markdown, overall_markdown, svg, to_json
+
+
+def bench(problems: Sequence[Problem], settings: BenchSettings, *,
+          progress: bool = True) -> list[LandscapeResult]:
+    """Every strategy on every landscape, for every seed; ``settings.jobs`` processes at a time."""
+    check_strategies(settings.strategies)
+    budgets = [budget_for(p.land, settings.budget) for p in problems]
+    tasks = [(i, name, budgets[i], settings.noise, seed) for i in range(len(problems))
+             for name in settings.strategies for seed in range(settings.seeds)]
+    with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp:
+        _STATE[:] = [list(problems), Path(tmp)]
+        try:
+            if settings.jobs > 1:
+                import multiprocessing as mp
+                from concurrent.futures import ProcessPoolExecutor
+
+                # One thread each: the GP sampler's torch would otherwise start a thread per core in
+                # every worker, and on a small machine the oversubscribed workers crawl.
+                os.environ.setdefault("OMP_NUM_THREADS", "1")
+                # fork: the workers inherit the loaded targets and landscapes instead of pickling them
+                with ProcessPoolExecutor(settings.jobs, mp_context=mp.get_context("fork")) as pool:
+                    answers = _counted(pool.map(_task, tasks, chunksize=max(1, settings.seeds // 2)), len(tasks),
+                                       progress)
+            else:
+                answers = _counted(map(_task, tasks), len(tasks), progress)
+        finally:
+            _STATE[:] = []
+    out = []
+    for i, problem in enumerate(problems):
+        results = []
+        for name in settings.strategies:
+            res = StrategyResult(name)
+            mine = [a for t, a in zip(tasks, answers, strict=True) if t[0] == i and t[1] == name]
+            skipped = next((a for a in mine if isinstance(a, str)), None)
+            if skipped is not None:
+                res.skipped = skipped
+            else:
+                res.traces = [a[0] for a in mine if not isinstance(a, str)]
+            res.wall_s = sum(a[1] for a in mine if not isinstance(a, str))
+            if progress:
+                print(f"ktune bench-search: {problem.land.label}: {name}: "
+                      f"{res.skipped or f'{res.wall_s:.1f} s'}", file=sys.stderr, flush=True)
+            results.append(res)
+        out.append(LandscapeResult(problem.land, budgets[i], results))
+    return out
+
+
+def _counted(answers: Iterator[Any], total: int, progress: bool) -> list[Any]:
+    """The answers as a list, saying on stderr how far along they are."""
+    out, t0, step = [], time.monotonic(), max(1, total // 10)
+    for a in answers:
+        out.append(a)
+        if progress and (len(out) % step == 0 or len(out) == total):
+            print(f"ktune bench-search: {len(out)}/{total} replays  [{time.monotonic() - t0:.0f} s]",
+                  file=sys.stderr, flush=True)
+    return out
+
+
+_STATE: list[Any] = []  # [problems, scratch folder] while bench() runs: what its worker processes read
+
+
+def _task(task: tuple[int, str, int, bool, int]) -> tuple[Trace, float] | str:
+    """One strategy, one landscape, one seed: its trace and seconds, or why it cannot run."""
+    i, name, budget, noise, seed = task
+    problems, folder = _STATE
+    t0 = time.monotonic()
+    try:
+        trace = _runner(name, problems[i], budget, noise, folder)(seed)
+    except SkipStrategy as exc:
+        return str(exc)
+    return trace, time.monotonic() - t0
+
+
+def _runner(name: str, problem: Problem, budget: int, noise: bool, folder: Path) -> Callable[[int], Trace]:
+    if name == "ktune":
+        return lambda seed: run_ktune(problem, budget, seed, noise)
+    if name == "ktune:tpe":
+        return lambda seed: run_ktune(problem, budget, seed, noise, sampler="tpe")
+    if name in (*OPTUNA_STRATEGIES, "bo"):
+        return lambda seed: run_optuna(problem, name, budget, seed, noise)
+    if noise:
+        def noisy(seed: int) -> Trace:
+            raise SkipStrategy("Kernel Tuner's simulation mode replays the recorded medians; it has no noise")
+        return noisy
+    return lambda seed: run_kernel_tuner(problem, name[3:], budget, seed, folder)
+
+
+def problems_for(root: Path, paths: Sequence[Path]) -> list[Problem]:
+    """Load the landscapes, find each one's target under ``root`` and check that they match; each
+    problem also gets the landscapes of its target's other keys on the same device."""
+
+    if not paths:
+        raise KtuneError("no landscape given", hint="record some with `ktune record`, then pass their files")
+    lands = [load(p) for p in paths]
+    targets = {target_id(t, root): t for t in discover(root)}
+    out = []
+    for land in lands:
+        target = targets.get(land.target)
+        if target is None:
+            raise LandscapeError(f"the landscape is of {land.target}, which is not a target under {root}",
+                                 where=land.where, hint="pass --root, the project root the landscape was "
+                                                        "recorded in")
+        check_landscape(target, land)
+        others = tuple(o for o in lands if o is not land and o.target == land.target
+                       and o.device_id == land.device_id and dict(o.key) != dict(land.key))
+        out.append(Problem(land, target, root, others))
+    return out
+
+
+def run(root: Path, paths: Sequence[Path], settings: BenchSettings, out_dir: Path | None, *,
+        stream: TextIO | None = None) -> list[LandscapeResult]:
+    """``ktune bench-search``: the table on ``stream`` (stdout), and the files under ``out_dir``."""
+    stream = stream or sys.stdout
+    problems = problems_for(root, paths)
+    for p in problems:
+        budget_for(p.land, settings.budget)  # a bad budget fails before anything runs
+    results = bench(problems, settings)
+    md = markdown(results, settings)
+    vs = versus(results)
+    summary = summary_lines(results, vs)
+    if summary:
+        tally = [v for *_, v in vs]
+        md += ("\n## The default strategy against the best other\n\n" + "\n".join(f"- {s}" for s in summary)
+               + f"\n\nFewer on {tally.count('fewer')}, as many on {tally.count('as many')}, more on "
+               f"{tally.count('MORE')}, of {len(tally)}.\n")
+    if len(results) > 1:
+        md += "\n" + overall_markdown(results)
+    print(md, file=stream)
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "bench-search.md").write_text(md)
+        (out_dir / "bench-search.json").write_text(json.dumps(to_json(results, settings), indent=1) + "\n")
+        (out_dir / "bench-search.svg").write_text(svg(results))
+        print(f"wrote {out_dir / 'bench-search.md'}, .json and .svg", file=stream)
+    return results

@@ -1,0 +1,4 @@
+"""Running and measuring a target: the kernel handle, the compile cache, verification against the
+reference, the timing method, and the isolated worker process.
+
+May import: core, backends."""

@@ -1,0 +1,185 @@
+"""Timing methodology: warm-up, repeats per sample, cache flushing, and the median's confidence."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_ktune.backends.base import Backend, Launch, Timer
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How long and how precisely to time.
+
+    A sample replays the recorded launches ``repeats`` times back to back (a
+    CUDA graph on CuPy, or events around queued launches on OpenCL), with
+    ``repeats`` chosen so that one sample lasts at least ``min_sample_s``:
+    that keeps launch overhead out of short kernels. Samples are taken until
+    the median's 95 % confidence interval is within ``ci_target`` of it, or
+    ``max_samples`` or ``max_time_s`` is reached.
+    """
+
+    min_sample_s: float = 100e-6
+    min_samples: int = 10
+    max_samples: int = 200
+    max_time_s: float = 3.0
+    ci_target: float = 0.01
+    max_repeats: int = 2000
+    warmup: int = 3
+
+    @classmethod
+    def for_backend(cls, backend: Backend) -> BenchConfig:
+        if backend.name == "cuda":
+            return cls()
+        # A CPU device through PoCL is noisier and slower to launch; CI has two cores.
+        return cls(min_sample_s=2e-3, min_samples=7, max_samples=40, max_time_s=1.5, ci_target=0.02,
+                   max_repeats=200, warmup=2)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Samples of seconds per call of the target's function, and how they were taken."""
+
+    samples: tuple[float, ...]
+    repeats: int
+    flushed: bool
+    rotation: int
+    mode: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def iqr(self) -> float:
+        if len(self.samples) < 4:
+            return max(self.samples) - min(self.samples)
+        q = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return q[2] - q[0]
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """95 % confidence interval of the median, from order statistics."""
+        return median_ci(self.samples)
+
+    @property
+    def rel_ci(self) -> float:
+        """Half-width of the median's confidence interval, relative to the median."""
+        lo, hi = self.ci
+        return (hi - lo) / 2 / self.median if self.median > 0 else math.inf
+
+
+def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
+    s = sorted(samples)
+    n = len(s)
+    half = z * math.sqrt(n) / 2
+    lo = max(0, math.floor(n / 2 - half) - 1)
+    hi = min(n - 1, math.ceil(n / 2 + half))
+    return (s[lo], s[hi])
+
+
+def rotation_for(working_set: int, l2_bytes: int, warm_cache: bool, cap: int = 64) -> int:
+    """How many input sets to cycle through so that back-to-back calls do not hit a warm L2."""
+    if warm_cache or working_set <= 0 or working_set >= 2 * l2_bytes:
+        return 1
+    return max(1, min(cap, math.ceil(2 * l2_bytes / working_set)))
+
+
+def should_flush(working_set: int, l2_bytes: int, warm_cache: bool) -> bool:
+    return not warm_cache and working_set <= 2 * l2_bytes
+
+
+def _calibrate(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig, flush: bool) -> int:
+    """Repeats per sample such that one sample lasts at least ``cfg.min_sample_s``."""
+    timer = backend.timer(sets, 1)
+    try:
+        for _ in range(cfg.warmup):
+            timer.sample(flush)
+        once = min(timer.sample(flush) for _ in range(2))
+    finally:
+        timer.close()
+    if once <= 0:
+        return cfg.max_repeats
+    return max(1, min(cfg.max_repeats, math.ceil(cfg.min_sample_s / once)))
+
+
+def measure(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig, *,
+            flush: bool) -> Measurement:
+    """Time one call (one pass over ``sets``, divided by their number) until the median is precise."""
+    repeats = _calibrate(backend, sets, cfg, flush)
+    timer = backend.timer(sets, repeats)
+    samples: list[float] = []
+    start = time.perf_counter()
+    try:
+        timer.sample(flush)  # the first replay of a new graph pays for its upload
+        while True:
+            samples.append(timer.sample(flush) / len(sets))
+            n = len(samples)
+            if n >= cfg.min_samples:
+                m = Measurement(tuple(samples), repeats, flush, len(sets), timer.mode)
+                if m.rel_ci <= cfg.ci_target or n >= cfg.max_samples:
+                    return m
+                if time.perf_counter() - start > cfg.max_time_s:
+                    return m
+    finally:
+        timer.close()
+
+
+def measure_ab(backend: Backend, sets_a: Sequence[Sequence[Launch]], sets_b: Sequence[Sequence[Launch]],
+               cfg: BenchConfig, *, flush: bool) -> tuple[Measurement, Measurement]:
+    """Time A and B interleaved (ABBA order) in one process, so drift hits both alike."""
+    repeats = min(_calibrate(backend, sets_a, cfg, flush), _calibrate(backend, sets_b, cfg, flush))
+    ta, tb = backend.timer(sets_a, repeats), backend.timer(sets_b, repeats)
+    a: list[float] = []
+    b: list[float] = []
+    start = time.perf_counter()
+    timers: tuple[tuple[Timer, list[float], int], ...] = ((ta, a, len(sets_a)), (tb, b, len(sets_b)))
+    try:
+        ta.sample(flush)
+        tb.sample(flush)
+        i = 0
+        while True:
+            order = timers if i % 2 == 0 else timers[::-1]
+            for timer, out, nsets in order:
+                out.append(timer.sample(flush) / nsets)
+            i += 1
+            if len(a) >= cfg.min_samples:
+                ma = Measurement(tuple(a), repeats, flush, len(sets_a), ta.mode)
+                mb = Measurement(tuple(b), repeats, flush, len(sets_b), tb.mode)
+                precise = max(ma.rel_ci, mb.rel_ci) <= cfg.ci_target
+                if precise or len(a) >= cfg.max_samples or time.perf_counter() - start > 2 * cfg.max_time_s:
+                    return ma, mb
+    finally:
+        ta.close()
+        tb.close()
+
+
+def mann_whitney_greater(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided p-value that samples ``a`` tend to be larger than ``b`` (normal approximation)."""
+    pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks = [0.0] * len(pooled)
+    i = 0
+    tie_term = 0.0
+    while i < len(pooled):
+        j = i
+        while j + 1 < len(pooled) and pooled[j + 1][0] == pooled[i][0]:
+            j += 1
+        r = (i + j) / 2 + 1
+        for k in range(i, j + 1):
+            ranks[k] = r
+        t = j - i + 1
+        tie_term += t**3 - t
+        i = j + 1
+    n1, n2 = len(a), len(b)
+    r1 = sum(r for r, (_, g) in zip(ranks, pooled, strict=True) if g == 0)
+    u = r1 - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return 1.0
+    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(var)
+    return 0.5 * math.erfc(z / math.sqrt(2))

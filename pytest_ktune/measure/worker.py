@@ -1,0 +1,440 @@
+"""Candidates evaluated in a separate process, so a crash, a hang or a poisoned GPU context
+fails one trial, never the tuner or pytest.
+
+The parent sends a batch of configurations; the worker compiles them in a thread pool,
+then verifies and times them one by one, answering after each. The parent waits for
+each answer with a deadline; on a timeout or a dead worker it records that trial as
+failed, and starts a fresh worker for the rest.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pytest_ktune import backends
+from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.core.errors import (
+    CompileError,
+    KtuneError,
+    LaunchError,
+    LimitError,
+    MismatchError,
+    ReferenceShapeError,
+)
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.bench import BenchConfig, measure, measure_ab
+from pytest_ktune.measure.evaluate import InputCache, Job, timing_sets
+from pytest_ktune.measure.runtime import compile_target
+
+
+@dataclass(frozen=True)
+class TargetRef:
+    """Enough to import a target again in another process."""
+
+    module: str
+    file: str
+    name: str
+    sys_path: tuple[str, ...]
+
+    @classmethod
+    def of(cls, target: Target) -> TargetRef:
+        return cls(module=target.module, file=str(target.file), name=target.name, sys_path=tuple(sys.path))
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How to start a worker: the target, the backend, the cases (indices into ``target.cases``)."""
+
+    target: TargetRef
+    backend: str
+    cases: tuple[int, ...]
+    cache_dir: str | None = None
+    bench: BenchConfig | None = None  # None: the backend's default
+    factory: str | None = None  # ``module:qualname`` of a plugin's backend factory (None: built in)
+
+
+@dataclass(frozen=True)
+class CaseTime:
+    """The timing of one case: the median and the samples, in seconds."""
+
+    case_id: str
+    median_s: float
+    samples: tuple[float, ...]
+    ci: tuple[float, float]
+    iqr_s: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one configuration."""
+
+    params: Mapping[str, Value]
+    status: str  # "ok", "infeasible" (device limits) or "failed"
+    reason: str = ""
+    times: tuple[CaseTime, ...] = ()
+    compile_s: float = 0.0
+    run_s: float = 0.0
+    resources: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def value_s(self) -> float:
+        """The objective: the sum over the key's cases of the median time of one call."""
+        return sum(t.median_s for t in self.times) if self.status == "ok" else math.inf
+
+
+@dataclass(frozen=True)
+class ABOutcome:
+    """Per case, interleaved A/B timings of the current (A) and candidate (B) configurations."""
+
+    status: str
+    reason: str = ""
+    current: tuple[CaseTime, ...] = ()
+    candidate: tuple[CaseTime, ...] = ()
+
+
+def _import_target(ref: TargetRef) -> Target:
+    for p in reversed(ref.sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        module = sys.modules.get(ref.module) or importlib.import_module(ref.module)
+    except ImportError:
+        spec = importlib.util.spec_from_file_location(ref.module, ref.file)
+        if spec is None or spec.loader is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[ref.module] = module
+        spec.loader.exec_module(module)
+    for value in vars(module).values():
+        if isinstance(value, Target) and value.name == ref.name:
+            return value
+    raise LookupError(f"no target named {ref.name} in {ref.file}")
+
+
+class _Evaluator:
+    """Lives in the worker: the backend, the target and its cases."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+
+        self.target = _import_target(spec.target)
+        factory = backends.load_factory(spec.factory) if spec.factory else None
+        self.backend = backends.create(spec.backend, factory)
+        if spec.cache_dir:
+            self.backend.cache_dir = Path(spec.cache_dir)
+        self.cfg = spec.bench or BenchConfig.for_backend(self.backend)
+        self.jobs = [Job.of(self.backend, self.target, self.target.cases[i]) for i in spec.cases]
+        self.inputs = InputCache()
+
+    def compile_all(self, configs: Sequence[Mapping[str, Value]]) -> dict[int, tuple[float, str]]:
+        """Compile every configuration for every case's defines, in parallel. Returns, per index,
+        the seconds spent and an error text ('' when it compiled)."""
+
+        def one(cfg: Mapping[str, Value]) -> tuple[float, str]:
+            t0 = time.perf_counter()
+            try:
+                for job in self.jobs:
+                    compile_target(self.backend, self.target, cfg,
+                                   self.target.defines(self.target.case_args(job.case)))
+            except KtuneError as exc:
+                return time.perf_counter() - t0, exc.message
+            return time.perf_counter() - t0, ""
+
+        workers = max(1, min(len(configs), os.cpu_count() or 1, 8))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return dict(enumerate(pool.map(one, configs)))
+
+    def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int) -> Outcome:
+
+        t0 = time.perf_counter()
+        times = []
+        resources: dict[str, int] = {}
+        try:
+            for j, job in enumerate(self.jobs):
+                sets, flush = timing_sets(job, cfg, seed + 7919 * j, cache=self.inputs)
+                reason = self._limits(sets[0], resources)
+                if reason:
+                    return Outcome(cfg, "infeasible", reason, compile_s=compile_s,
+                                   run_s=time.perf_counter() - t0, resources=resources)
+                m = measure(self.backend, sets, self.cfg, flush=flush)
+                del sets
+                times.append(CaseTime(job.case_id, m.median, m.samples, m.ci, m.iqr))
+        except LimitError as exc:
+            return Outcome(cfg, "infeasible", exc.message, compile_s=compile_s,
+                           run_s=time.perf_counter() - t0)
+        except (MismatchError, ReferenceShapeError) as exc:
+            return Outcome(cfg, "failed", _one_line(exc.message), compile_s=compile_s,
+                           run_s=time.perf_counter() - t0)
+        finally:
+            self.backend.release()
+        return Outcome(cfg, "ok", times=tuple(times), compile_s=compile_s, run_s=time.perf_counter() - t0,
+                       resources=resources)
+
+    def _limits(self, launches: Sequence[Any], resources: dict[str, int]) -> str:
+        """The device limit a configuration's launches break, or ''."""
+        dev = self.backend.device
+        for launch in launches:
+            res = launch.function.resources()
+            threads = math.prod(launch.block)
+            resources.update(registers=res.registers, shared_bytes=res.shared_bytes,
+                             local_bytes=res.local_bytes, threads=threads)
+            if threads > min(dev.max_threads_per_block, res.max_threads_per_block):
+                return (f"{threads} threads per block; {launch.function.name} allows "
+                        f"{min(dev.max_threads_per_block, res.max_threads_per_block)}")
+            if dev.regs_per_block and res.registers * threads > dev.regs_per_block:
+                return (f"{res.registers} registers x {threads} threads = {res.registers * threads} "
+                        f"> {dev.regs_per_block} per block")
+            if res.shared_bytes > dev.shared_mem_per_block:
+                return f"{res.shared_bytes} bytes of shared memory > {dev.shared_mem_per_block} per block"
+        return ""
+
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+
+        cur: list[CaseTime] = []
+        cand: list[CaseTime] = []
+        try:
+            for j, job in enumerate(self.jobs):
+                sets_a, flush = timing_sets(job, current, seed + 31 * j)
+                sets_b, _ = timing_sets(job, candidate, seed + 31 * j + 17)
+                a, b = measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush)
+                del sets_a, sets_b
+                cur.append(CaseTime(job.case_id, a.median, a.samples, a.ci, a.iqr))
+                cand.append(CaseTime(job.case_id, b.median, b.samples, b.ci, b.iqr))
+        except KtuneError as exc:
+            return ABOutcome("failed", _one_line(exc.message))
+        finally:
+            self.backend.release()
+        return ABOutcome("ok", current=tuple(cur), candidate=tuple(cand))
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _compile_reason(message: str) -> str:
+    """The compiler's first error line (not the list of defines that heads the message), on one line."""
+    lines = message.splitlines()
+    errors = [ln for ln in lines[1:] if "error" in ln.lower()]
+    return "compile error: " + _one_line(errors[0] if errors else message)
+
+
+# Candidates of a run are verified on this many input sets per case, in turn. Fresh inputs for every
+# candidate would cost more than the candidate itself on a large case (see _evaluate.InputCache);
+# the winner is verified again on inputs of its own before it is accepted.
+INPUT_SETS = 2
+
+
+def _worker_main(conn: Any, spec: WorkerSpec) -> None:
+    """The worker's loop: one request at a time; a launch failure ends the process."""
+    import signal
+
+
+    # A Ctrl-C reaches the whole process group; the parent decides, and stops this worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ev = _Evaluator(spec)
+    except BaseException as exc:  # report why the worker could not start, then exit
+        conn.send(("dead", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", ev.backend.device))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        kind = msg[0]
+        if kind == "stop":
+            return
+        if kind == "batch":
+            _, configs, seed = msg
+            compiled = ev.compile_all(configs)
+            for i, cfg in enumerate(configs):
+                secs, error = compiled[i]
+                if error:
+                    conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error),
+                                                  compile_s=secs)))
+                    continue
+                try:
+                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS))
+                except (LaunchError, CompileError) as exc:
+                    conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
+                    if isinstance(exc, LaunchError):
+                        return  # a failed launch can leave the device context unusable
+                    continue
+                except KtuneError as exc:
+                    out = Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)
+                except Exception as exc:
+                    text = f"{type(exc).__name__}: {exc}: {traceback.format_exc(limit=2)}"
+                    out = Outcome(cfg, "failed", _one_line(text), compile_s=secs)
+                conn.send(("outcome", out))
+        elif kind == "ab":
+            _, current, candidate, seed = msg
+            conn.send(("ab", ev.ab(current, candidate, seed)))
+
+
+class CandidatePool(Protocol):
+    """What the tuner asks of the processes that evaluate its candidates: ``WorkerPool``, or the
+    replay of a recorded landscape (``lab.replay.ReplayPool``)."""
+
+    @property
+    def device(self) -> DeviceInfo:
+        """The device the candidates run on (known once ``ensure`` has run)."""
+        ...
+
+    def ensure(self) -> None:
+        """Start the worker if none runs."""
+        ...
+
+    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]: ...
+
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome: ...
+
+    def __enter__(self) -> CandidatePool: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class PoolFactory(Protocol):
+    """Makes the pool of one tune (``WorkerPool`` itself is one)."""
+
+    def __call__(self, spec: WorkerSpec, *, trial_timeout_s: float) -> CandidatePool: ...
+
+
+class WorkerPool:
+    """One worker process at a time, restarted after a crash, a hang or a failed launch."""
+
+    def __init__(self, spec: WorkerSpec, *, trial_timeout_s: float, start_timeout_s: float = 120.0) -> None:
+        self.spec = spec
+        self.trial_timeout_s = trial_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Any = None
+        self._device: DeviceInfo | None = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True,
+                                       name="ktune-worker")
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        msg = self._recv(self.start_timeout_s)
+        if msg is None or msg[0] != "ready":
+            if msg:
+                why = msg[1]
+            elif self._proc.is_alive():
+                why = f"it did not answer within {self.start_timeout_s:g} s"
+            else:
+                why = f"it exited with code {self._proc.exitcode} before it was ready"
+            self.close()
+
+            raise KtuneError(f"the tuning worker could not start: {why}",
+                             hint="run the correctness items first (pytest --ktune) to see what fails")
+        self._device = msg[1]
+
+    @property
+    def device(self) -> DeviceInfo:
+        if self._device is None:
+            raise KtuneError("the tuning worker has not started", hint="call ensure() first")
+        return self._device
+
+    def _recv(self, timeout: float) -> Any:
+        """The worker's next message; None when it timed out (the worker still runs) or ended."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self._conn.poll(min(left, 0.2)):
+                try:
+                    return self._conn.recv()
+                except (EOFError, OSError):
+                    break
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                break
+        # The pipe closed: the worker is ending. Wait for its exit status, so that _death() tells a
+        # crash from a hang (the pipe can close before the process is reaped).
+        self._proc.join(5)
+        return None
+
+    def _death(self) -> str:
+        code = self._proc.exitcode if self._proc is not None else None
+        if code is None:
+            return f"no answer within {self.trial_timeout_s:g} s (the kernel hangs, or is far too slow)"
+        if code < 0:
+            return f"the worker process died from signal {-code} (a crash in the kernel or the driver)"
+        return f"the worker process exited with code {code}"
+
+    def ensure(self) -> None:
+        if self._proc is None or not self._proc.is_alive():
+            if self._proc is not None:
+                self.restarts += 1
+            self._start()
+
+    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]:
+        """Outcomes in order; a worker that dies or hangs fails that configuration only."""
+        pending = list(configs)
+        while pending:
+            self.ensure()
+            self._conn.send(("batch", [dict(c) for c in pending], seed))
+            while pending:
+                msg = self._recv(self.trial_timeout_s)
+                if msg is None:
+                    why = self._death()
+                    self.kill()
+                    yield Outcome(pending.pop(0), "failed", why)
+                    break
+                out: Outcome = msg[1]
+                pending.pop(0)
+                yield out
+            seed += 1
+
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+        self.ensure()
+        self._conn.send(("ab", dict(current), dict(candidate), seed))
+        msg = self._recv(max(self.trial_timeout_s * 2 * max(1, len(self.spec.cases)), 60.0))
+        if msg is None:
+            why = self._death()
+            self.kill()
+            return ABOutcome("failed", why)
+        result: ABOutcome = msg[1]
+        return result
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._proc = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
+            try:
+                self._conn.send(("stop",))
+                self._proc.join(5)
+            except (OSError, BrokenPipeError):
+                pass
+        self.kill()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

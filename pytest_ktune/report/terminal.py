@@ -1,0 +1,97 @@
+"""The terminal summary: a table of every timed case, one of every tuned key, and the agent stage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from pytest_ktune.core.keys import key_label
+from pytest_ktune.core.text import us as _us
+from pytest_ktune.gate.verdict import PerfResult
+from pytest_ktune.report.results import RunResults
+
+if TYPE_CHECKING:
+    from pytest_ktune.tuner.outcome import TuneOutcome
+
+
+class StageResult(Protocol):
+    """What the summary shows of an agent stage's result (``agent.AgentResult``)."""
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def transcript(self) -> Path | None: ...
+
+    @property
+    def usage(self) -> str: ...
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    rows = [header, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for j, row in enumerate(rows):
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
+    """One row per tuned key: trials, default / current / best times, and what was decided."""
+    header = ["target", "key", "trials", "default µs", "current µs", "best µs", "best params", "outcome"]
+    rows = []
+    for t in tunes:
+        key = key_label(t.key)
+        params = " ".join(f"{k}={v}" for k, v in t.best_params.items())
+        trials = f"{t.timed}" + (f" (+{t.infeasible} infeasible, {t.failed} failed)" if t.infeasible or t.failed
+                                 else "")
+        outcome = ("written" if t.written else "accepted, not written") if t.accepted else "kept"
+        rows.append([t.target, key, trials, _us(t.default_us), _us(t.current_us), _us(t.best_us), params,
+                     outcome])
+    lines = _table(header, rows, {3, 4, 5})
+    lines.append("")
+    lines.extend(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}" for t in tunes)
+    return lines
+
+
+def summary_table(results: Sequence[PerfResult]) -> list[str]:
+    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict."""
+    header = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
+              "% copy BW", "verdict"]
+    rows = [[r.target, r.case, f"{r.backend} / {r.device}", _us(r.time_us), _us(r.baseline_us),
+             f"{r.ratio:.3f}" if r.ratio is not None else "-",
+             f"{r.gbps:.1f}" if r.gbps is not None else "-",
+             f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
+             r.verdict] for r in results]
+    return _table(header, rows, {3, 4, 5, 6, 7})
+
+
+def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> list[tuple[str, list[str]]]:
+    """The sections of the terminal summary, each a title and its lines: the timed cases with their
+    notes, the tuned keys, the agent stage."""
+    out: list[tuple[str, list[str]]] = []
+    if run.results:
+        lines = summary_table(run.results)
+        missing = [r for r in run.results if r.verdict == "no baseline"]
+        notes = [r for r in run.results if r.note and r.verdict != "no baseline"]
+        if notes or missing:
+            lines.append("")
+        lines.extend(f"{r.target}[{r.case}]: {r.note}" for r in notes)
+        if missing:
+            lines.append(f"{len(missing)} case(s) have no baseline for this device: run with "
+                         "--ktune-update-baseline to record them in the params file")
+        out.append(("ktune summary", lines))
+    if run.tunes:
+        out.append(("ktune tuning", tune_table(run.tunes)))
+    if agents:
+        lines = []
+        for result in agents:
+            lines.append(result.message)
+            if result.transcript is not None:
+                lines.append(f"  transcript: {result.transcript} ({result.usage})")
+        out.append(("ktune agent", lines))
+    return out

@@ -1,0 +1,238 @@
+"""One pytest run of checks, timings and tunes over targets: what the plugin's items call.
+
+The session owns the backend, the params file as it was at the start, the results of the items so
+far and the baselines queued for writing. The gate's verdicts come from ``gate.verdict``; tuning
+goes through the one orchestration of ``run.tuning``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pytest_ktune import backends
+from pytest_ktune.backends.base import Backend
+from pytest_ktune.core.case import Case
+from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
+from pytest_ktune.core.keys import key_string
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import Record, Store, Timing, new_baseline, target_id
+from pytest_ktune.core.target import Target
+from pytest_ktune.gate.verdict import REGRESSION, Gate, GateSettings, PerfResult, Regression
+from pytest_ktune.measure.bench import Measurement
+from pytest_ktune.measure.evaluate import Job, verify_once
+from pytest_ktune.measure.runtime import CACHE
+from pytest_ktune.measure.verify import case_seed
+from pytest_ktune.report.results import ItemOutcome, RunResults
+from pytest_ktune.run.settings import Settings
+from pytest_ktune.run.tuning import Tuning, autotune_choice
+from pytest_ktune.tuner.outcome import TuneOutcome
+
+
+class Skip(Exception):
+    """The item cannot run here; the message says why and how to fix that."""
+
+
+class Session:
+    """Checks and times targets on one backend, tunes them, and collects baseline updates."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed,
+                                      bench=settings.bench))
+        self.results: list[PerfResult] = []
+        self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
+        self.updates: dict[tuple[str, str, str], Record] = {}
+        self._tuned: set[tuple[str, str, str]] = set()
+        self._backend: Backend | None = None
+        self._backend_error: BackendUnavailable | None = None
+        self.tuning: Tuning | None = None
+        if settings.tune is not None:
+            self.tuning = Tuning(root=settings.root, params_path=settings.params_path,
+                                 backend=self.backend_name, settings=settings.tune, extensions=settings.extensions,
+                                 agent=settings.agent, progress=_progress_stream(), command=settings.command,
+                                 write_mode=settings.write_mode)
+        try:
+            self.store: Store | None = Store.load(settings.params_path)
+            self.store_error: StoreError | None = None
+        except StoreError as exc:
+            self.store = None
+            self.store_error = exc
+
+    # -- backend ---------------------------------------------------------
+    @property
+    def backend_name(self) -> str:
+        return backends.resolve(self.settings.backend)
+
+    @property
+    def device_name(self) -> str:
+        """The device's name once the backend has started; '' before, or where it could not."""
+        return self._backend.device.name if self._backend is not None else ""
+
+    def backend(self) -> Backend:
+        """The backend, or Skip with how to get it."""
+        if self._backend is None and self._backend_error is None:
+            try:
+                b = backends.create(self.backend_name, self.settings.extensions.backend)
+                b.cache_dir = self.settings.scratch / "cache" / b.name
+                self._backend = b
+            except BackendUnavailable as exc:
+                self._backend_error = exc
+        if self._backend_error is not None:
+            err = self._backend_error
+            raise Skip(f"{err.message}; next step: {err.hint}" if err.hint else err.message)
+        assert self._backend is not None
+        return self._backend
+
+    # -- lookups ---------------------------------------------------------
+    def target_id(self, target: Target) -> str:
+        return target_id(target, self.settings.root)
+
+    def record(self, target: Target, backend: Backend, key: Mapping[str, Any]) -> Record | None:
+        if self.store is None:
+            return None
+        return self.store.find(self.target_id(target), backend.device.id, key)
+
+    def params(self, target: Target, backend: Backend, key: Mapping[str, Any]) -> dict[str, Value]:
+        rec = self.record(target, backend, key)
+        return dict(rec.params) if rec else dict(target.default)
+
+    def _prepare(self, target: Target, case: Case) -> Job:
+        backend = self.backend()
+        if not case.runs_on(backend.name):
+            raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {backend.name}")
+        if backend.name not in target.sources:
+            raise Skip(f"{target.name} has no {backend.name} source; add one to sources= to run it here")
+        return Job.of(backend, target, case)
+
+    # -- correctness -----------------------------------------------------
+    def check(self, target: Target, case: Case) -> list[str]:
+        """Verify the configurations in use (recorded, and the default) on fresh inputs.
+
+        Returns notes for the report; raises MismatchError, CompileError,
+        LaunchError or SpaceError on failure.
+        """
+        job = self._prepare(target, case)
+        params = self.params(target, job.backend, job.key)
+        default = dict(target.default)
+        configs = [("default", default)]
+        if params != default:
+            configs.insert(0, ("recorded", params))
+        notes = []
+        try:
+            for label, cfg in configs:
+                target.check_config(cfg, job.key, f"{label} configuration")
+                seed = case_seed(self.settings.seed, target, job.case_id, f"check-{label}")
+                verify_once(job, cfg, seed, repro=self.gate.repro(seed))
+                notes.append(f"{label} {cfg}: ok")
+        finally:
+            job.backend.release()
+        if self.store_error is not None:
+            notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
+        return notes
+
+    # -- performance -----------------------------------------------------
+    def perf(self, target: Target, case: Case) -> PerfResult:
+        """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
+        job = self._prepare(target, case)
+        if self.store_error is not None:
+            raise self.store_error
+        params = self.params(target, job.backend, job.key)
+        target.check_config(params, job.key, "recorded configuration")
+        row = self.gate.time(job, params, self.target_id(target))
+        rec = self.record(target, job.backend, job.key)
+        if self.settings.update_baseline:
+            assert row.measurement is not None
+            self._queue_baseline(job, params, row.measurement, row.gbps)
+            timing = rec.baseline.timings.get(job.case_id) if rec and rec.baseline else None
+            note = "baseline recorded" if timing is None else f"baseline updated (was {timing.median_us:.2f} µs)"
+            result = row.result(baseline_us=timing.median_us if timing else None,
+                                ratio=row.time_us / timing.median_us if timing and row.time_us else None,
+                                verdict="recorded", note=note)
+        else:
+            result = self.gate.judge(job, params, rec, row)
+        self.results.append(result)
+        if result.failure:
+            raise Regression(result.failure)
+        return result
+
+    def _queue_baseline(self, job: Job, params: Mapping[str, Value], m: Measurement,
+                        gbps: float | None) -> None:
+        target, backend = job.target, job.backend
+        timing = Timing(median_us=round(m.median * 1e6, 4), iqr_us=round(m.iqr * 1e6, 4),
+                        ci_low_us=round(m.ci[0] * 1e6, 4), ci_high_us=round(m.ci[1] * 1e6, 4),
+                        samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
+        rec = Record(target=self.target_id(target), device=backend.device.id, key=dict(job.key),
+                     params=dict(params))
+        prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
+        baseline = new_baseline(self.settings.root, target, backend.name, params, {job.case_id: timing})
+        # Timings kept from the previous baseline come under this one's claim about the included files,
+        # so that claim must be theirs too.
+        if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
+                and prev.baseline.source_hash == baseline.source_hash \
+                and prev.baseline.deps_hash == baseline.deps_hash:
+            baseline = replace(baseline, timings={**prev.baseline.timings, job.case_id: timing})
+        self.updates[rec.ident] = replace(rec, baseline=baseline, tuned=prev.tuned if prev else None)
+
+    # -- tuning ----------------------------------------------------------
+    def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
+        """Tune one key of a target (under --ktune-autotune, only what the autotune rule picks)."""
+        assert self.tuning is not None
+        backend = self.backend()
+        if backend.name not in target.sources:
+            raise Skip(f"{target.name} has no {backend.name} source")
+        if self.settings.autotune:
+            case_ids = {target.case_id(target.cases[i]) for i in indices}
+            regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
+                            for r in self.results)
+            tune, why = autotune_choice(self.record(target, backend, key), target, backend.name,
+                                        regressed=regressed)
+            if not tune:
+                raise Skip(f"{why} and no regression in this run")
+        out = self.tuning.tune(target, key, indices)
+        if out.written:
+            self._tuned.add((self.target_id(target), out.device, key_string(key)))
+            try:
+                self.store = Store.load(self.settings.params_path)
+            except StoreError as exc:
+                self.store, self.store_error = None, exc
+        return out
+
+    # -- end -------------------------------------------------------------
+    def results_for_reports(self) -> RunResults:
+        """What the run produced so far, frozen for the JUnit and benchmark-JSON reports."""
+        tunes = tuple(self.tuning.outcomes) if self.tuning else ()
+        return RunResults(root=self.settings.root, backend=self.backend_name, device=self.device_name,
+                          outcomes=tuple(self.outcomes.values()), results=tuple(self.results), tunes=tunes)
+
+    def finish(self) -> str | None:
+        """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""
+        tuned = None
+        if self.tuning is not None:
+            backend = self._backend
+            tuned = self.tuning.finish(backend.copy_bandwidth if backend is not None else None)
+        lines = [line for line in (self._finish_baselines(), tuned) if line]
+        return "\nktune: ".join(lines) or None
+
+    def _finish_baselines(self) -> str | None:
+        if not self.updates:
+            return None
+        if self.store is None:
+            return f"baselines NOT written: {self.store_error.render() if self.store_error else ''}"
+        updates = [r for ident, r in self.updates.items() if ident not in self._tuned]
+        try:
+            self.store.save(updates)
+        except KtuneError as exc:
+            return f"baselines NOT written: {exc.render()}"
+        n = len(self.updates)
+        self.updates = {}
+        CACHE.clear()
+        return f"wrote {n} baseline record(s) to {self.settings.params_path}"
+
+
+def _progress_stream() -> Any:
+    """Where a tune's progress line goes under pytest: the real stderr when it is a terminal."""
+    stream = sys.__stderr__
+    return stream if stream is not None and stream.isatty() else None

@@ -1,0 +1,236 @@
+"""The ``bo`` sampler: Bayesian optimisation over the feasible configurations of one key.
+
+A kernel's space is small and discrete, and the tuner has already listed every configuration that
+meets the constraints, so the acquisition is maximised exactly, over that list, instead of over a
+continuous relaxation. The model is a Gaussian process on the log of the timings:
+
+* inputs: a numeric parameter is its position in its sorted values, scaled to [0, 1]; a
+  categorical one is one-hot, scaled so that two different values are 1 apart;
+* a Matérn 5/2 kernel with one length scale per parameter, chosen by the marginal likelihood over a
+  small grid (the whole grid for up to three parameters, coordinate-wise above that);
+* expected improvement over the best timing so far, for the configurations not yet tried (timed,
+  failed, queued, or being timed by another process), so no configuration is proposed twice;
+* only those nearest the best timed so far compete: one step from it (a step is a move to the
+  next value, in order, of one parameter, or to another value of a categorical one), then two steps
+  once all at one step were tried, and so on. A model fitted to a handful of timings is at its most
+  reliable next to them; left to the whole space, it sends the early trials to the corners its
+  uncertainty is largest in. A better timing moves the centre, and the search narrows again.
+
+A configuration that failed on the device counts as a point as slow as the slowest seen, which
+steers the search away from where compiles or launches fail. With fewer than two timings, a random
+untried configuration is proposed (the tuner's warm starts normally come first). Beyond Optuna, only
+numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+
+from pytest_ktune.core.space import Value, config_key, steps
+
+LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
+
+
+FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
+
+
+def _matern52(r2: np.ndarray) -> np.ndarray:
+    """The Matérn 5/2 kernel of squared scaled distances."""
+    s = np.sqrt(5.0 * r2)
+    out: np.ndarray = (1.0 + s + s * s / 3.0) * np.exp(-s)
+    return out
+
+
+def _sq_dist(a: np.ndarray, b: np.ndarray, columns: np.ndarray, params: int) -> np.ndarray:
+    """Squared distances per parameter: shape (params, len(a), len(b))."""
+    d = a[:, None, :] - b[None, :, :]
+    out = np.zeros((params, len(a), len(b)))
+    for c in range(a.shape[1]):
+        out[columns[c]] += d[:, :, c] ** 2
+    return out
+
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    """Expected improvement below ``best`` of normal predictions (minimisation)."""
+    z = (best - mu) / sd
+    cdf = 0.5 * (1.0 + _erf(z / math.sqrt(2.0)).astype(float))
+    pdf = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    out: np.ndarray = (best - mu) * cdf + sd * pdf
+    return out
+
+
+class GaussianProcess:
+    """A zero-mean GP on standardised targets with unit signal variance and fixed noise."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, columns: Sequence[int], noise: float = NOISE) -> None:
+        self.x = x
+        self.mean = float(y.mean())
+        self.std = float(y.std()) or 1.0
+        self.y = (y - self.mean) / self.std
+        self.columns = np.asarray(columns, int)  # the parameter each input column belongs to
+        self.params = int(self.columns.max()) + 1 if len(self.columns) else 0
+        self.noise = noise
+        self._d2 = _sq_dist(x, x, self.columns, self.params)
+        self.scales = np.ones(self.params)
+        self._chol, self._alpha = self._fit()
+
+    def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
+        factor and weights, all at once."""
+        r2 = np.einsum("gp,pij->gij", 1.0 / grid ** 2, self._d2)
+        k = _matern52(r2) + self.noise * np.eye(len(self.x))
+        chol = np.linalg.cholesky(k)  # positive definite: a kernel matrix plus noise on its diagonal
+        z = np.linalg.solve(chol, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))
+        alpha = np.linalg.solve(np.swapaxes(chol, 1, 2), z)[..., 0]
+        logdet = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
+        return -0.5 * (z[..., 0] ** 2).sum(1) - logdet, chol, alpha
+
+    def _fit(self) -> tuple[np.ndarray, np.ndarray]:
+        scales = np.asarray(LENGTH_SCALES)
+        if self.params <= FULL_GRID_UP_TO:
+            grid = np.asarray(list(itertools.product(scales, repeat=self.params)))
+            ev, chol, alpha = self._evidence(grid)
+            i = int(np.argmax(ev))
+            self.scales = grid[i]
+            return chol[i], alpha[i]
+        best = np.full(self.params, scales[len(scales) // 2])
+        for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
+            for p in range(self.params):
+                grid = np.repeat(best[None, :], len(scales), 0)
+                grid[:, p] = scales
+                ev, _, _ = self._evidence(grid)
+                best = grid[int(np.argmax(ev))]
+        self.scales = best
+        _, chol, alpha = self._evidence(best[None, :])
+        return chol[0], alpha[0]
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The standardised mean and standard deviation at ``x``."""
+        r2 = np.einsum("p,pij->ij", 1.0 / self.scales ** 2, _sq_dist(x, self.x, self.columns, self.params))
+        ks = _matern52(r2)
+        mu = ks @ self._alpha
+        v = np.linalg.solve(self._chol, ks.T)
+        var = np.maximum(1.0 - (v * v).sum(0), 1e-12)
+        return mu, np.sqrt(var)
+
+
+class Inputs:
+    """Configurations as model inputs (see the module docstring)."""
+
+    def __init__(self, params: Mapping[str, Sequence[Value]]) -> None:
+        self.names = list(params)
+        self.columns: list[int] = []
+        self._where: list[dict[Value, list[float]]] = []
+        for p, values in enumerate(params.values()):
+            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            if numeric:
+                ordered = sorted(values, key=float)
+                span = max(len(ordered) - 1, 1)
+                self._where.append({v: [i / span] for i, v in enumerate(ordered)})
+                self.columns.append(p)
+            else:
+                unit = 1.0 / math.sqrt(2.0)
+                self._where.append({v: [unit if j == i else 0.0 for j in range(len(values))]
+                                    for i, v in enumerate(values)})
+                self.columns.extend([p] * len(values))
+
+    def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+        rows = [[x for name, where in zip(self.names, self._where, strict=True) for x in where[c[name]]]
+                for c in configs]
+        return np.asarray(rows, float).reshape(len(configs), len(self.columns))
+
+
+def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
+            failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
+            params: Mapping[str, Sequence[Value]], rng: random.Random) -> Mapping[str, Value] | None:
+    """The untried feasible configuration of highest expected improvement; None when all were tried.
+
+    ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
+    failed on the device; ``busy``: those being timed now or queued."""
+    tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
+    untried = [c for c in feasible if config_key(c) not in tried]
+    if not untried:
+        return None
+    seen: dict[str, tuple[Mapping[str, Value], float]] = {}
+    for c, v in timed:
+        if v > 0 and math.isfinite(v):
+            seen.setdefault(config_key(c), (c, math.log(v)))
+    if len(seen) < 2:
+        return rng.choice(untried)
+    worst = max(y for _, y in seen.values())
+    points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
+    encode = Inputs(params)
+    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+    centre = min(seen.values(), key=lambda cy: cy[1])[0]
+    near = nearest(untried, centre, params)
+    mu, sd = gp.predict(encode(near))
+    ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
+    return near[int(np.argmax(ei))]
+
+
+def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
+            params: Mapping[str, Sequence[Value]]) -> list[Mapping[str, Value]]:
+    """The untried configurations fewest steps from ``centre`` (never empty when ``untried`` is not)."""
+    dist = [steps(c, centre, params) for c in untried]
+    least = min(dist)
+    return [c for c, d in zip(untried, dist, strict=True) if d == least]
+
+
+class BoSampler(optuna.samplers.BaseSampler):
+    """An Optuna sampler that proposes with ``propose`` (import this module only when it is needed:
+    it imports Optuna).
+
+    ``encoding`` is the tuner's Encoding (Optuna's parameters to a configuration and back);
+    ``feasible`` lists the configurations of the key that meet the space's constraints. A trial
+    that failed or proved infeasible on the device counts as failed."""
+
+    def __init__(self, encoding: Any, feasible: Sequence[Mapping[str, Value]], seed: int | None) -> None:
+        self.encoding = encoding
+        self.feasible = list(feasible)
+        self.params: Mapping[str, Sequence[Value]] = encoding.values
+        self.rng = random.Random(seed)
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    def reseed_rng(self) -> None:
+        self.rng = random.Random()
+        self._fallback.reseed_rng()
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
+        return dict(self.encoding.distributions)
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Mapping[str, Any]) -> dict[str, Any]:
+        from optuna.trial import TrialState
+
+        if not search_space or "fixed_params" in trial.system_attrs:
+            return {}  # an enqueued warm start: its parameters are given
+        timed: list[tuple[Mapping[str, Value], float]] = []
+        failed: list[Mapping[str, Value]] = []
+        busy: list[Mapping[str, Value]] = []
+        for t in study.get_trials(deepcopy=False):
+            if t.number == trial.number or not t.params:
+                continue
+            cfg = self.encoding.decode(t.params)
+            if t.state == TrialState.COMPLETE and t.value is not None:
+                timed.append((cfg, float(t.value)))
+            elif t.state in (TrialState.RUNNING, TrialState.WAITING):  # being timed, or queued
+                busy.append(cfg)
+            elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
+                failed.append(cfg)
+        pick = propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng)
+        return {} if pick is None else dict(self.encoding.encode(pick))
+
+    def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)

@@ -1,0 +1,96 @@
+"""Whether a tune's best replaces the parameters in use, and the record it leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytest_ktune.core.case import Case
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import Record, Timing, Tuned, new_baseline, source_changed
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.bench import mann_whitney_greater
+from pytest_ktune.measure.worker import ABOutcome, CaseTime
+from pytest_ktune.tuner.outcome import CaseChange
+from pytest_ktune.tuner.settings import TuneContext
+
+MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so
+
+
+ALPHA = 0.01
+
+
+def _case_timing(target: Target, case: Case, t: CaseTime) -> Timing:
+    moved = target.bytes_for(target.case_args(case))
+    return Timing(median_us=round(t.median_s * 1e6, 4), iqr_us=round(t.iqr_s * 1e6, 4),
+                  ci_low_us=round(t.ci[0] * 1e6, 4), ci_high_us=round(t.ci[1] * 1e6, 4),
+                  samples=len(t.samples), gbps=round(moved / t.median_s / 1e9, 3) if moved else None)
+
+
+def decide(ab: ABOutcome) -> tuple[bool, str]:
+    """Whether the candidate (B) beats the current parameters (A) beyond noise, and why."""
+    if ab.status != "ok":
+        return False, f"the A/B check failed ({ab.reason}); the current parameters stay"
+    cur = sum(t.median_s for t in ab.current)
+    cand = sum(t.median_s for t in ab.candidate)
+    slower = []
+    faster = 0
+    for a, b in zip(ab.current, ab.candidate, strict=True):
+        if mann_whitney_greater(b.samples, a.samples) < ALPHA and b.median_s > a.median_s * (1 + MIN_GAIN):
+            slower.append(a.case_id)
+        if mann_whitney_greater(a.samples, b.samples) < ALPHA:
+            faster += 1
+    ratio = cand / cur
+    if slower:
+        return False, f"the best found is slower on {', '.join(slower)} in same-run A/B; kept the current"
+    if ratio > 1 - MIN_GAIN or not faster:
+        return False, (f"the best found is not faster beyond noise in same-run A/B (x{cur / cand:.3f}); "
+                       "kept the current")
+    return True, f"x{cur / cand:.3f} faster than the current parameters in same-run A/B"
+
+
+@dataclass(frozen=True)
+class _Write:
+    """What a finished tune records in the params file."""
+
+    tid: str
+    device: str
+    key: dict[str, Any]
+    cases: tuple[int, ...]
+    record: Record | None
+    current: Mapping[str, Value]
+    best: Mapping[str, Value]
+    accepted: bool
+    ab: ABOutcome | None
+    tuned: Tuned
+
+
+def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bool:
+    """Whether the record's baseline was measured on another version of the target's source."""
+    return (record is not None and record.baseline is not None
+            and source_changed(record.baseline, target, backend))
+
+
+def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tuple[CaseChange, ...]]:
+    """The params-file record a finished tune leaves, and the per-case before/after of an accepted one.
+
+    An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``,
+    unless its baseline was measured on another version of the source: then the A/B run's timings of
+    the kept parameters, on the source as it is now, become the baseline.
+    """
+    if w.accepted and w.ab is not None:
+        cases = [target.cases[i] for i in w.cases]
+        timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.candidate, strict=True)}
+        baseline = new_baseline(ctx.root, target, ctx.backend, w.best, timings)
+        changes = tuple(CaseChange(case_id=a.case_id, before_s=a.median_s, after_s=b.median_s,
+                                   bytes_moved=target.bytes_for(target.case_args(c)))
+                        for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
+        return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
+                      tuned=w.tuned), changes
+    base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
+    if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
+        cases = [target.cases[i] for i in w.cases]
+        timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
+        base = replace(base, baseline=new_baseline(ctx.root, target, ctx.backend, base.params, timings))
+    return replace(base, tuned=w.tuned), ()

@@ -1,0 +1,90 @@
+"""What a tune found and did: frozen values for the reports and the write-back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import Record
+
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class CaseChange:
+    """One case of an accepted winner: the median per call before and after, from the A/B run."""
+
+    case_id: str
+    before_s: float
+    after_s: float
+    bytes_moved: int | None
+
+
+@dataclass(frozen=True)
+class TuneOutcome:
+    """What one tune of one key found and did."""
+
+    target: str
+    key: Mapping[str, Any]
+    device: str
+    study: str
+    timed: int
+    infeasible: int
+    failed: int
+    default_us: float | None
+    current_params: Mapping[str, Value]
+    current_us: float | None
+    best_params: Mapping[str, Value]
+    best_us: float
+    accepted: bool
+    decision: str
+    report: Path | None  # the report written for it (by ``run.tuning``), if any
+    wall_s: float
+    written: bool
+    record: Record | None = None
+    changes: tuple[CaseChange, ...] = ()
+    # What the study's report shows (with ``TuneContext.reports``): its summary, every trial, and
+    # the parameters' importances where they mean something.
+    summary: StudySummary | None = None
+    trials: tuple[TrialRow, ...] = ()
+    importances: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    """One Optuna trial as the report shows it."""
+
+    number: int
+    params: Mapping[str, int | float | str | bool]
+    state: str
+    value_us: float | None
+    reason: str = ""
+    source: str = "sampler"
+    compile_s: float = 0.0
+    run_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """What one study was about and how it ended: the header and result paragraph of the report."""
+
+    target: str
+    device: str
+    key: Mapping[str, object]
+    sampler: str
+    study_name: str
+    storage: str
+    default_params: Mapping[str, object]
+    default_us: float | None
+    current_params: Mapping[str, object]
+    current_us: float | None
+    best_params: Mapping[str, object] | None
+    best_us: float | None
+    accepted: bool
+    decision: str
+    feasible_points: int | None
+    wall_s: float

@@ -1,0 +1,154 @@
+"""Delivering what a tune found: the built-in write-back modes (nothing, the params file in place, a
+patch, a commit, a pull request), and what a plugin's mode is given (``pytest_ktune_write_back``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.keys import key_label
+from pytest_ktune.core.names import WRITE_MODES
+from pytest_ktune.core.store import Store
+from pytest_ktune.core.text import us
+from pytest_ktune.core.version import __version__
+from pytest_ktune.tuner.outcome import TuneOutcome
+from pytest_ktune.writeback.change import Change, NothingToWrite, WritebackError
+from pytest_ktune.writeback.github import open_pr
+from pytest_ktune.writeback.modes import commit_branch, write_patch
+
+
+@dataclass(frozen=True)
+class WriteRequest:
+    """What a write-back mode is given at the end of a run that tuned."""
+
+    mode: str
+    root: Path  # the project root (inside a git repository for the git modes)
+    params_path: Path
+    outcomes: tuple[TuneOutcome, ...]  # every key tuned, winners (``changes`` and ``record`` set) or not
+    device: str
+    command: str  # how the run was started, for "reproduce with"
+    copy_bandwidth: Callable[[], float | None]  # the device's, measured on first call (bytes/s)
+
+    @property
+    def winners(self) -> list[TuneOutcome]:
+        return [o for o in self.outcomes if o.changes and o.record is not None]
+
+
+#: A write-back mode: does its work and returns one line for the terminal.
+WriteBack = Callable[[WriteRequest], str]
+
+
+def change_body(outcomes: Sequence[TuneOutcome], *, device: str, copy_bandwidth: float | None,
+                command: str) -> str:
+    """The markdown of a commit message or pull request: a before/after table per tuned key."""
+    parts = [f"pytest-ktune {__version__} tuned these kernels on **{device}**. Each winner was verified on every "
+             "case against the reference, then timed interleaved (A/B) against the parameters it replaces, "
+             "in the same run.", ""]
+    for o in outcomes:
+        if not o.changes:
+            continue
+        before = " ".join(f"{k}={v}" for k, v in o.current_params.items())
+        after = " ".join(f"{k}={v}" for k, v in o.best_params.items())
+        parts += [f"### {o.target} [{key_label(o.key)}]", "", f"`{before}` → `{after}` ({o.decision}; "
+                  f"{o.timed} trials, study `{o.study}`)", "",
+                  "| case | before µs | after µs | ratio | GB/s before → after | % of copy bandwidth |",
+                  "| --- | ---: | ---: | ---: | --- | --- |"]
+        for c in o.changes:
+            gbps = pct = "-"
+            if c.bytes_moved:
+                gb_b, gb_a = c.bytes_moved / c.before_s / 1e9, c.bytes_moved / c.after_s / 1e9
+                gbps = f"{gb_b:,.0f} → {gb_a:,.0f}"
+                if copy_bandwidth:
+                    pct = f"{100 * gb_b * 1e9 / copy_bandwidth:.0f}% → {100 * gb_a * 1e9 / copy_bandwidth:.0f}%"
+            parts.append(f"| {c.case_id} | {us(c.before_s * 1e6)} | {us(c.after_s * 1e6)} | "
+                         f"x{c.before_s / c.after_s:.3f} | {gbps} | {pct} |")
+        parts.append("")
+    parts += ["Reproduce with:", "", "```sh", command, "```", ""]
+    return "\n".join(parts)
+
+
+def _none(req: WriteRequest) -> str:
+    if not req.winners:
+        return "nothing to write: no tuned configuration beat the parameters in use"
+    return (f"{len(req.winners)} tuned winner(s) NOT written (--ktune-write=none, the default): rerun with "
+            "--ktune-write=file, patch, commit or pr to keep them (the studies are saved; nothing is re-timed)")
+
+
+def _file(req: WriteRequest) -> str:
+    # The tuner wrote each winner as it was found (settings.write), so that an interrupted run keeps
+    # what it tuned; here it is only counted.
+    n = sum(1 for o in req.outcomes if o.written)
+    return f"wrote {n} tuned record(s) to {req.params_path}" if n else "no tuned record to write"
+
+
+def change_of(req: WriteRequest) -> Change | str:
+    """The params file with the winners in it, as a Change; or why there is none to make."""
+    if not req.winners:
+        return "nothing to write: no tuned configuration beat the parameters in use"
+    try:
+        store = Store.load(req.params_path)
+    except KtuneError as exc:
+        return f"NOT written: {exc.render()}"
+    for o in req.winners:
+        assert o.record is not None
+        store.records[o.record.ident] = o.record
+    try:
+        rel = req.params_path.resolve().relative_to(req.root.resolve()).as_posix()
+    except ValueError:
+        return f"NOT written: the params file {req.params_path} is outside the project root {req.root}"
+    targets = tuple(sorted({o.target for o in req.winners}))
+    return Change(
+        files={rel: store.render()},
+        title=f"ktune: tuned {', '.join(targets)} on {req.device}",
+        body_markdown=change_body(req.winners, device=req.device, copy_bandwidth=req.copy_bandwidth(),
+                                  command=req.command),
+        targets=targets, device=req.device)
+
+
+def _git_mode(write: Callable[[Path, Change], str]) -> WriteBack:
+    def mode(req: WriteRequest) -> str:
+        change = change_of(req)
+        if isinstance(change, str):
+            return change
+        try:
+            return write(req.root, change)
+        except NothingToWrite as exc:
+            return f"nothing to write: {exc.message}"
+        except WritebackError as exc:
+            return f"NOT written: {exc.render()}"
+
+    return mode
+
+
+def _patch(root: Path, change: Change) -> str:
+    path = write_patch(root, change, root / ".ktune" / "patches")
+    return f"patch written to {path}; apply it with: git apply {path} (from the repository's top level)"
+
+
+def _commit(root: Path, change: Change) -> str:
+    branch, sha = commit_branch(root, change)
+    return (f"committed {sha[:12]} on the new branch {branch}; your checkout is unchanged "
+            f"(see it with: git show {branch})")
+
+
+def _pr(root: Path, change: Change) -> str:
+    pr = open_pr(root, change)
+    return f"{'opened' if pr.created else 'updated'} pull request #{pr.number}: {pr.url} (branch {pr.branch})"
+
+
+_BUILTIN: dict[str, WriteBack] = {"none": _none, "file": _file, "patch": _git_mode(_patch),
+                                  "commit": _git_mode(_commit), "pr": _git_mode(_pr)}
+assert tuple(_BUILTIN) == WRITE_MODES
+
+
+def builtin_write_back(mode: str) -> WriteBack | None:
+    """The built-in write-back mode called ``mode``; None for a mode it does not know."""
+    return _BUILTIN.get(mode)
+
+
+def unknown(mode: str) -> KtuneError:
+    return KtuneError(f"unknown write-back mode {mode!r}",
+                      hint=f"use one of {', '.join(WRITE_MODES)}, or a mode a plugin supplies through the "
+                           "pytest_ktune_write_back hook")
