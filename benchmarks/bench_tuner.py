@@ -521,19 +521,19 @@ class LandscapePool:
 
 
 def cross_check(land: Landscape, run: Run, batch: int) -> dict[str, Any]:
-    """Run the tuner's own ask/evaluate/tell loop (``_Loop``) on the landscape, with the replay's budget
+    """Run the tuner's own ask/evaluate/tell loop (``StudyLoop``) on the landscape, with the replay's budget
     (every feasible point), until it has timed as many points as ``run`` counted; compare the sequences."""
     try:
         from optuna.trial import TrialState
 
-        from pytest_ktune.tuner.loop import _Loop
+        from pytest_ktune.tuner.loop import StudyLoop
 
         target, key = land.choice.target, land.choice.key
         study, enc = new_study(target, key, run.sampler, run.seed)
         pool = LandscapePool(land, max_evals=50 * target.space.size, stop_after_ok=len(run.counted))
         settings = TuneSettings(trials=max(1, len(land.feasible)), sampler=run.sampler, seed=run.seed,
                                 write=False, batch=batch)
-        loop = _Loop(study, enc, target, key=key, pool=pool, settings=settings)  # type: ignore[arg-type]
+        loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings)  # type: ignore[arg-type]
         note = ""
         try:
             loop.run(None)
@@ -705,18 +705,18 @@ def cross_notes(r: KeyResult) -> list[str]:
     label = r.choice.label
     broken = [c for c in r.cross if c.get("agrees") is None]
     if broken:
-        return [f"{label}: cross-check with the tuner's `_Loop` not run ({broken[0].get('error')})"]
+        return [f"{label}: cross-check with the tuner's `StudyLoop` not run ({broken[0].get('error')})"]
     agree = [c for c in r.cross if c["agrees"]]
-    out = [f"{label}: the tuner's own `_Loop`, run on the sweep through a stand-in worker with the same seeds, "
+    out = [f"{label}: the tuner's own `StudyLoop`, run on the sweep through a stand-in worker with the same seeds, "
            f"timed the same configurations in the same order as the replay in {len(agree)} of {len(r.cross)} "
            "replays."]
     for c in [c for c in r.cross if not c["agrees"]][:4]:
-        out.append(f"{label} {c['sampler']} seed {c['seed']}: `_Loop` agrees with the replay for the first "
+        out.append(f"{label} {c['sampler']} seed {c['seed']}: `StudyLoop` agrees with the replay for the first "
                    f"{c['agree_prefix']} of {c['replay_counted']} timed points.")
     over = [c for c in r.cross if c["loop_timed_count"] != c["loop_distinct_timed"]]
     if over:
         c = over[0]
-        out.append(f"{label}: in {len(over)} of {len(r.cross)} replays `_Loop.timed()` counted more trials than "
+        out.append(f"{label}: in {len(over)} of {len(r.cross)} replays `StudyLoop.timed()` counted more trials than "
                    f"distinct configurations timed (e.g. {c['sampler']} seed {c['seed']}: {c['loop_timed_count']} "
                    f"counted, {c['loop_distinct_timed']} timed): re-proposals of trial 0 (the default) count "
                    "against the budget.")

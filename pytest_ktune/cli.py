@@ -156,13 +156,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if settings.autotune:
                 if device_id is None:  # one backend for the device's name, not one per key
                     device_id = backends.create(backend, settings.extensions.backend).device.id
-                tune, why = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
-                                            regressed=False)
-                if not tune:
-                    print(f"{target.name} {key_string(key)}: already {why}, skipped")
+                choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
+                                         regressed=False)
+                if not choice.tune:
+                    print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
                     continue
-                if "source" in why:
-                    print(f"{target.name} {key_string(key)}: {why}, tuning again")
+                if choice.rule == "stale":
+                    print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
             try:
                 out = tuning.tune(target, key, tuple(cases))
             except KtuneError as exc:

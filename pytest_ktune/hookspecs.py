@@ -11,13 +11,16 @@ starts, so an unknown one is an error before anything is timed.
 A conftest that runs every kernel of its suite on its own backend::
 
     # conftest.py
-    from mybackend import MyBackend   # implements pytest_ktune.backends.Backend
+    from mybackend import MyBackend   # implements pytest_ktune.backends.Backend, with name = "opencl"
 
     def pytest_ktune_backend(name):
-        return MyBackend if name == "mine" else None
+        return MyBackend if name == "my-opencl" else None
 
-then ``pytest --ktune --ktune-backend mine``. The ``ktune`` command asks the same hooks of the
-plugins that register themselves under the entry-point group ``ktune``.
+then ``pytest --ktune --ktune-backend my-opencl``. The name on the command line picks the factory;
+the backend's own ``name`` is the language of the sources it compiles (``cuda`` or ``opencl``), so
+it runs the targets' sources of that language, and its records are that backend's. The ``ktune``
+command asks the same hooks of the plugins that register themselves under the entry-point group
+``ktune``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_ktune_backend(name: str) -> BackendFactory | None:
     """The factory of the backend called ``name``: a callable of no arguments that returns an object
     implementing ``pytest_ktune.backends.Backend`` (``pytest_ktune.testing.BackendContract`` is the
-    test suite it should pass). None: not a name this implementation knows.
+    test suite it should pass), whose ``name`` says which sources it compiles. None: not a name
+    this implementation knows.
 
     ``auto`` is resolved before the hook is asked: to ``cuda`` where a GPU is visible, else
     ``opencl``. The tuner's worker processes make their backend again from the factory, which they

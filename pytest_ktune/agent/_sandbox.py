@@ -18,7 +18,7 @@ from pytest_ktune.backends.base import as_dim
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.worker import TargetRef, _import_target
+from pytest_ktune.measure.worker import TargetRef, import_target
 
 
 class _Relaunch:
@@ -158,7 +158,7 @@ def scratch_target(loader: Path) -> Target:
 
     meta = json.loads(loader.with_name("proposal.json").read_text())
     b = meta["base"]
-    base = _import_target(TargetRef(module=b["module"], file=b["file"], name=b["name"],
+    base = import_target(TargetRef(module=b["module"], file=b["file"], name=b["name"],
                                     sys_path=tuple(b["sys_path"])))
     proposal = Proposal.from_json(meta["proposal"], backend=meta["proposal"]["backend"])
     exprs = proposal.launch_exprs()

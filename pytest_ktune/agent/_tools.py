@@ -26,7 +26,7 @@ from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.tuner.encoding import Encoding
-from pytest_ktune.tuner.loop import _enqueue
+from pytest_ktune.tuner.loop import enqueue
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.storage import open_storage, study_name
 from pytest_ktune.tuner.tune import tune_key
@@ -302,7 +302,7 @@ class Workbench:
         study = optuna.create_study(study_name=name, storage=self._storage(), direction="minimize",
                                     load_if_exists=True)
         valid = [("agent", dict(c)) for c in configs if target.space.valid(dict(c), key)]
-        _enqueue(study, Encoding(target), valid)
+        enqueue(study, Encoding(target), valid)
 
     def _trials(self, study_name: str, target: Target) -> tuple[list[dict[str, Any]], list[str]]:
         import optuna

@@ -1,3 +1,7 @@
-"""The core: targets, spaces, cases, the params file, keys, includes, errors, git queries and discovery.
+"""The core: targets, spaces, cases, dtypes, includes, keys, the params file and where it is, git
+queries, discovery, errors, and the one helper of each kind (atomic writes, text formatting,
+redaction, launch arithmetic, the built-in names).
 
-Imports nothing else of the package, and never pytest."""
+May import: nothing else of the package (and never pytest). A production call needs only this
+layer, the backends and the measurement layer.
+"""

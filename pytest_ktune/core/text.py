@@ -47,6 +47,5 @@ def one_line(text: str, limit: int = 400) -> str:
 
 
 def first_line(text: str) -> str:
-    """The first non-empty line of ``text`` (``text`` itself when it is blank)."""
-    stripped = text.strip()
-    return stripped.splitlines()[0] if stripped else text
+    """The first non-blank line of ``text``, stripped; '' when there is none."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

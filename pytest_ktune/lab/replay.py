@@ -31,7 +31,7 @@ from pytest_ktune.tuner.storage import MEMORY
 from pytest_ktune.tuner.tune import tune_key
 
 
-def _device_of(land: Landscape) -> Any:
+def device_of(land: Landscape) -> Any:
 
     fields = {k: v for k, v in land.device.items() if k != "id"}
     try:
@@ -52,7 +52,7 @@ class ReplayPool:
         self.points = landscape.lookup()
         self.noise = noise
         self.rng = random.Random(seed)
-        self.device = _device_of(landscape)
+        self.device = device_of(landscape)
         self.restarts = 0
         self.trace: list[tuple[dict[str, Value], float]] = []  # (configuration, true objective µs)
 

@@ -103,8 +103,8 @@ def summary_lines(results: Sequence[LandscapeResult],
                   vs: Sequence[tuple[LandscapeResult, float, str, float, str]] | None = None) -> list[str]:
     """Per landscape: the default strategy's median trials to 3 % against the best other strategy's
     (``vs``: ``versus(results)``, when it is at hand)."""
-    return [f"{lr.land.label}: ktune {_trials_text(m, lr.budget)} trials to 3 %, best other "
-            f"{who} {_trials_text(b, lr.budget)}: {verdict}"
+    return [f"{lr.land.label}: ktune {trials_text(m, lr.budget)} trials to 3 %, best other "
+            f"{who} {trials_text(b, lr.budget)}: {verdict}"
             for lr, m, who, b, verdict in (versus(results) if vs is None else vs)]
 
 
@@ -147,5 +147,5 @@ def overall(results: Sequence[LandscapeResult]) -> list[Overall]:
     return sorted(out, key=lambda x: (x.total, x.strategy))
 
 
-def _trials_text(v: float, budget: int) -> str:
+def trials_text(v: float, budget: int) -> str:
     return f"> {budget}" if math.isinf(v) else f"{v:g}"

@@ -10,9 +10,9 @@ from typing import Any
 
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.version import __version__
-from pytest_ktune.lab.results import BenchSettings, LandscapeResult, _trials_text, overall
+from pytest_ktune.lab.results import BenchSettings, LandscapeResult, overall, trials_text
 from pytest_ktune.lab.strategies import OWN_STRATEGIES
-from pytest_ktune.report.svg import _svg_open, _text
+from pytest_ktune.report.svg import _text, svg_open
 
 
 def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str:
@@ -32,8 +32,8 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
                 lines.append(f"| {r.strategy} | skipped: {r.skipped} | | | | |")
                 continue
             o = lr.optimum_us
-            lines.append(f"| {r.strategy} | {_trials_text(r.median_trials(o, 0.03), lr.budget)} | "
-                         f"{_trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
+            lines.append(f"| {r.strategy} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
+                         f"{trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
                          f"{r.hit_rate(o, 0.05):.0%} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
     return "\n".join(lines)
@@ -94,7 +94,7 @@ def svg(results: Sequence[LandscapeResult]) -> str:
     rows = math.ceil(len(results) / cols)
     legend_h = 18 * math.ceil(len(names) / 3) + 10
     width, height = cols * _PANEL_W, rows * _PANEL_H + legend_h
-    out = _svg_open(width, height)
+    out = svg_open(width, height)
     for i, lr in enumerate(results):
         x0, y0 = (i % cols) * _PANEL_W + _MARGIN, (i // cols) * _PANEL_H + 24
         w, h = _PANEL_W - _MARGIN - 24, _PANEL_H - 24 - 34

@@ -105,7 +105,7 @@ class ABOutcome:
     candidate: tuple[CaseTime, ...] = ()
 
 
-def _import_target(ref: TargetRef) -> Target:
+def import_target(ref: TargetRef) -> Target:
     for p in reversed(ref.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -129,7 +129,7 @@ class _Evaluator:
 
     def __init__(self, spec: WorkerSpec) -> None:
 
-        self.target = _import_target(spec.target)
+        self.target = import_target(spec.target)
         factory = backends.load_factory(spec.factory) if spec.factory else None
         self.backend = backends.create(spec.backend, factory)
         if spec.cache_dir:

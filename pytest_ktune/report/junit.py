@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import key_string
+from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.core.version import __version__
 from pytest_ktune.report.results import ItemOutcome, RunResults
 
@@ -83,13 +84,6 @@ def _properties(o: ItemOutcome, backend: str, device: str, perf: PerfResult | No
         props["key"] = json.dumps(dict(o.key), sort_keys=True)
     props["verdict"] = verdict
     return {k: clean(v) for k, v in props.items()}
-
-
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def build(outcomes: Iterable[ItemOutcome], results: Sequence[PerfResult] = (), tunes: Sequence[TuneOutcome] = (),

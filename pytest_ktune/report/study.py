@@ -20,7 +20,7 @@ from pytest_ktune.core.text import duration as _duration
 from pytest_ktune.core.text import one_line as _one_line
 from pytest_ktune.core.text import params as _params
 from pytest_ktune.core.text import us as _us
-from pytest_ktune.report.svg import _clean_importances, history_svg, importance_svg
+from pytest_ktune.report.svg import clean_importances, history_svg, importance_svg
 from pytest_ktune.tuner.outcome import StudySummary, TrialRow, TuneOutcome
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def write_report(folder: Path, summary: StudySummary, rows: Sequence[TrialRow],
     history = folder / f"{slug}-history.svg"
     history.write_text(history_svg(summary, ordered), encoding="utf-8")
     importance = folder / f"{slug}-importance.svg"
-    bars = _clean_importances(importances)
+    bars = clean_importances(importances)
     if bars:
         importance.write_text(importance_svg(bars), encoding="utf-8")
     else:

@@ -48,7 +48,7 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
     marked = [r for r in ordered if r.state in _MARK_COLOURS]
     x0, x1 = _LEFT, _W - _RIGHT
     y0, y1 = _H - _BOTTOM, _TOP  # screen y grows downwards: y0 is the bottom of the plot area
-    parts = _svg_open(_W, _H)
+    parts = svg_open(_W, _H)
     parts.append(_text(12, 20, f"Trial history: {_one_line(summary.target, 70)} on "
                                f"{_one_line(summary.device, 40)}", weight="bold"))
 
@@ -213,7 +213,7 @@ def _decimals(step: float) -> int:
 
 def importance_svg(importances: Mapping[str, float]) -> str:
     """Horizontal bars of parameter importances, largest first."""
-    bars = sorted(_clean_importances(importances).items(), key=lambda kv: (-kv[1], kv[0]))
+    bars = sorted(clean_importances(importances).items(), key=lambda kv: (-kv[1], kv[0]))
     names = [_one_line(k, 28) for k, _ in bars]
     # Parameter names are mostly capitals, wider than the average character.
     label_w = min(max((len(n) for n in names), default=4) * 8.5 + 20, 260)
@@ -221,7 +221,7 @@ def importance_svg(importances: Mapping[str, float]) -> str:
     height = top + row_h * len(bars) + 16
     x0, x1 = label_w, width - 70
     peak = max((v for _, v in bars), default=0.0) or 1.0
-    parts = _svg_open(width, height)
+    parts = svg_open(width, height)
     parts.append(_text(12, 22, "Parameter importance", weight="bold"))
     for i, ((name, value), shown) in enumerate(zip(bars, names, strict=True)):
         y = top + i * row_h
@@ -236,13 +236,13 @@ def importance_svg(importances: Mapping[str, float]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _clean_importances(importances: Mapping[str, float] | None) -> dict[str, float]:
+def clean_importances(importances: Mapping[str, float] | None) -> dict[str, float]:
     if not importances:
         return {}
     return {str(k): float(v) for k, v in importances.items() if math.isfinite(float(v))}
 
 
-def _svg_open(width: int, height: int) -> list[str]:
+def svg_open(width: int, height: int) -> list[str]:
     return ['<?xml version="1.0" encoding="UTF-8"?>',
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}">',

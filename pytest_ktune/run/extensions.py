@@ -91,12 +91,24 @@ def resolve(hook: HookRelay, *, backend: str, sampler: str | None, write: str | 
     return Extensions(backend=factory, sampler=make_sampler, write_back=write_back)
 
 
+class _Manager(pluggy.PluginManager):
+    """A plugin manager that, as pytest's does, takes a plugin's plain ``pytest_ktune_*`` functions as
+    hook implementations, so that one module serves as a conftest and as a ``ktune`` plugin."""
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith("pytest_ktune_") and callable(getattr(plugin, name, None)):
+            return pluggy.HookimplOpts(wrapper=False, hookwrapper=False, optionalhook=False, tryfirst=False,
+                                       trylast=False, specname=None)
+        return opts
+
+
 def cli_manager() -> pluggy.PluginManager:
     """The ``ktune`` command's plugin manager: the hookspecs, the built-ins, and the plugins of the
     entry-point group ``ktune``."""
     from pytest_ktune import hookspecs
 
-    pm = pluggy.PluginManager("pytest")
+    pm = _Manager("pytest")
     pm.add_hookspecs(hookspecs)
     pm.register(Builtins(), "ktune-builtins")
     try:

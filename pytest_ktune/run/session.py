@@ -48,12 +48,7 @@ class Session:
         self._tuned: set[tuple[str, str, str]] = set()
         self._backend: Backend | None = None
         self._backend_error: BackendUnavailable | None = None
-        self.tuning: Tuning | None = None
-        if settings.tune is not None:
-            self.tuning = Tuning(root=settings.root, params_path=settings.params_path,
-                                 backend=self.backend_name, settings=settings.tune, extensions=settings.extensions,
-                                 agent=settings.agent, progress=_progress_stream(), command=settings.command,
-                                 write_mode=settings.write_mode)
+        self.tuning: Tuning | None = None  # made with the backend, by the first tune item
         try:
             self.store: Store | None = Store.load(settings.params_path)
             self.store_error: StoreError | None = None
@@ -64,7 +59,12 @@ class Session:
     # -- backend ---------------------------------------------------------
     @property
     def backend_name(self) -> str:
-        return backends.resolve(self.settings.backend)
+        """The backend's name (the language of the sources it compiles: ``cuda``, ``opencl``); where it
+        cannot start, the name it was asked for (``auto`` resolved)."""
+        try:
+            return self.backend().name
+        except Skip:
+            return backends.resolve(self.settings.backend)
 
     @property
     def device_name(self) -> str:
@@ -75,7 +75,7 @@ class Session:
         """The backend, or Skip with how to get it."""
         if self._backend is None and self._backend_error is None:
             try:
-                b = backends.create(self.backend_name, self.settings.extensions.backend)
+                b = backends.create(backends.resolve(self.settings.backend), self.settings.extensions.backend)
                 b.cache_dir = self.settings.scratch / "cache" / b.name
                 self._backend = b
             except BackendUnavailable as exc:
@@ -179,18 +179,22 @@ class Session:
     # -- tuning ----------------------------------------------------------
     def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
         """Tune one key of a target (under --ktune-autotune, only what the autotune rule picks)."""
-        assert self.tuning is not None
+        assert self.settings.tune is not None
         backend = self.backend()
+        if self.tuning is None:
+            self.tuning = Tuning(root=self.settings.root, params_path=self.settings.params_path, backend=backend.name,
+                                 settings=self.settings.tune, extensions=self.settings.extensions,
+                                 agent=self.settings.agent, progress=_progress_stream(),
+                                 command=self.settings.command, write_mode=self.settings.write_mode)
         if backend.name not in target.sources:
             raise Skip(f"{target.name} has no {backend.name} source")
         if self.settings.autotune:
             case_ids = {target.case_id(target.cases[i]) for i in indices}
             regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
                             for r in self.results)
-            tune, why = autotune_choice(self.record(target, backend, key), target, backend.name,
-                                        regressed=regressed)
-            if not tune:
-                raise Skip(f"{why} and no regression in this run")
+            choice = autotune_choice(self.record(target, backend, key), target, backend.name, regressed=regressed)
+            if not choice.tune:
+                raise Skip(f"{choice.why} and no regression in this run")
         out = self.tuning.tune(target, key, indices)
         if out.written:
             self._tuned.add((self.target_id(target), out.device, key_string(key)))

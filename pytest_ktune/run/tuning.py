@@ -15,7 +15,7 @@ Otherwise it is skipped, and the reason says when it was tuned. Without autotune
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -33,17 +33,25 @@ from pytest_ktune.tuner.tune import tune_key
 from pytest_ktune.writeback.deliver import WriteRequest, builtin_write_back
 
 
-def autotune_choice(record: Record | None, target: Target, backend: str, *,
-                    regressed: bool) -> tuple[bool, str]:
-    """The autotune rule for one key: whether to tune it, and why (``tuned on DATE`` when not)."""
+@dataclass(frozen=True)
+class Choice:
+    """What the autotune rule decided for one key, and why, in words (``tuned on DATE`` when skipped)."""
+
+    tune: bool
+    rule: str  # "regressed", "new", "stale" or "current": which part of the rule decided
+    why: str
+
+
+def autotune_choice(record: Record | None, target: Target, backend: str, *, regressed: bool) -> Choice:
+    """The autotune rule (the module's docstring) for one key."""
     if regressed:
-        return True, "it regressed in this run"
+        return Choice(True, "regressed", "it regressed in this run")
     if record is None or record.tuned is None:
-        return True, "it was never tuned on this device"
+        return Choice(True, "new", "it was never tuned on this device")
     if baseline_is_stale(record, target, backend):
-        return True, (f"tuned on {record.tuned.date} for another version of its source; the source has "
-                      "changed since")
-    return False, f"tuned on {record.tuned.date}"
+        return Choice(True, "stale", f"tuned on {record.tuned.date} for another version of its source; the "
+                                     "source has changed since")
+    return Choice(False, "current", f"tuned on {record.tuned.date}")
 
 
 class Tuning:

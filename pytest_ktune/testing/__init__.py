@@ -11,6 +11,10 @@ backend, subclass it in a test module and give it a ``backend`` fixture::
         @pytest.fixture
         def backend(self) -> Backend:
             return create("opencl")
+
+``openai_stub`` serves scripted chat completions on a loopback port, for tests of the agent.
+
+May import: every layer below the skins; it sits beside them, for users' own test suites.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significan
 ALPHA = 0.01
 
 
-def _case_timing(target: Target, case: Case, t: CaseTime) -> Timing:
+def case_timing(target: Target, case: Case, t: CaseTime) -> Timing:
     moved = target.bytes_for(target.case_args(case))
     return Timing(median_us=round(t.median_s * 1e6, 4), iqr_us=round(t.iqr_s * 1e6, 4),
                   ci_low_us=round(t.ci[0] * 1e6, 4), ci_high_us=round(t.ci[1] * 1e6, 4),
@@ -51,7 +51,7 @@ def decide(ab: ABOutcome) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class _Write:
+class Finished:
     """What a finished tune records in the params file."""
 
     tid: str
@@ -72,7 +72,7 @@ def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bo
             and source_changed(record.baseline, target, backend))
 
 
-def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tuple[CaseChange, ...]]:
+def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, tuple[CaseChange, ...]]:
     """The params-file record a finished tune leaves, and the per-case before/after of an accepted one.
 
     An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``,
@@ -81,7 +81,7 @@ def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tu
     """
     if w.accepted and w.ab is not None:
         cases = [target.cases[i] for i in w.cases]
-        timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.candidate, strict=True)}
+        timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.candidate, strict=True)}
         baseline = new_baseline(ctx.root, target, ctx.backend, w.best, timings)
         changes = tuple(CaseChange(case_id=a.case_id, before_s=a.median_s, after_s=b.median_s,
                                    bytes_moved=target.bytes_for(target.case_args(c)))
@@ -91,6 +91,6 @@ def _new_record(ctx: TuneContext, target: Target, w: _Write) -> tuple[Record, tu
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
     if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
         cases = [target.cases[i] for i in w.cases]
-        timings = {t.case_id: _case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
+        timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
         base = replace(base, baseline=new_baseline(ctx.root, target, ctx.backend, base.params, timings))
     return replace(base, tuned=w.tuned), ()

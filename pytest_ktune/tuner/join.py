@@ -11,12 +11,13 @@ from pytest_ktune import backends
 from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.encoding import Encoding
-from pytest_ktune.tuner.loop import _Loop
+from pytest_ktune.tuner.loop import StudyLoop
 from pytest_ktune.tuner.samplers import make_sampler
 from pytest_ktune.tuner.settings import TuneSettings
-from pytest_ktune.tuner.storage import _first_line, open_storage
+from pytest_ktune.tuner.storage import open_storage
 
 
 def join_studies(root: Path, settings: TuneSettings, names: Sequence[str] | None, *, backend: str,
@@ -70,7 +71,7 @@ def join_studies(root: Path, settings: TuneSettings, names: Sequence[str] | None
                 if pool.device.id != attrs["device"]:
                     finished.add(summary.study_name)
                     continue
-                loop = _Loop(study, enc, target, key=attrs["key"], pool=pool, settings=budget)
+                loop = StudyLoop(study, enc, target, key=attrs["key"], pool=pool, settings=budget)
                 before = sum(1 for r in loop.rows if r.state == "timed")
                 loop.run(None)
                 timed += sum(1 for r in loop.rows if r.state == "timed") - before

@@ -10,7 +10,7 @@ import random
 import time
 import warnings
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.target import Target
@@ -21,11 +21,14 @@ from pytest_ktune.tuner.settings import TuneSettings
 
 STUCK_AFTER = 2  # proposals in a row that bring nothing new before the loop picks an untried configuration
 
+if TYPE_CHECKING:
+    import optuna
 
-class _Loop:
+
+class StudyLoop:
     """The ask / evaluate / tell loop of one study; shared by the tuner and `ktune worker`."""
 
-    def __init__(self, study: Any, encoding: Encoding, target: Target, *, key: Mapping[str, Any],
+    def __init__(self, study: optuna.Study, encoding: Encoding, target: Target, *, key: Mapping[str, Any],
                  pool: CandidatePool, settings: TuneSettings) -> None:
         self.study = study
         self.enc = encoding
@@ -153,7 +156,7 @@ class _Loop:
         untried = [c for c in self.target.space.feasible(self.key) if config_key(c) not in known]
         if untried:
             pick = random.Random(f"{seed}:{len(known)}").choice(untried)
-            _enqueue(self.study, self.enc, [("explore", pick)])
+            enqueue(self.study, self.enc, [("explore", pick)])
 
     def _twin(self, number: int, ck: str) -> Any:
         """The lowest-numbered other trial with the same configuration that is running or complete."""
@@ -206,7 +209,7 @@ class _Loop:
                                   compile_s=out.compile_s if out else 0.0, run_s=out.run_s if out else 0.0))
 
 
-def _all_rows(study: Any, enc: Encoding) -> list[Any]:
+def trial_rows(study: optuna.Study, enc: Encoding) -> list[Any]:
     """A report row for every trial of the study, this run's and earlier ones'."""
     from optuna.trial import TrialState
 
@@ -232,7 +235,7 @@ def _all_rows(study: Any, enc: Encoding) -> list[Any]:
     return rows
 
 
-def _enqueue(study: Any, enc: Encoding, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> None:
+def enqueue(study: optuna.Study, enc: Encoding, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> None:
     """Enqueue configurations the study has not seen and has not queued yet."""
     from optuna.trial import TrialState
 
@@ -249,24 +252,24 @@ def _enqueue(study: Any, enc: Encoding, configs: Sequence[tuple[str, Mapping[str
         study.enqueue_trial(enc.encode(cfg), user_attrs={"source": source, "warm_start": label})
 
 
-def _best(study: Any) -> Any:
+def best_trial(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     from optuna.trial import TrialState
 
     done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
     return min(done, key=lambda t: (t.value, t.number)) if done else None
 
 
-def _value_of(study: Any, enc: Encoding, cfg: Mapping[str, Value]) -> float | None:
+def value_of(study: optuna.Study, enc: Encoding, cfg: Mapping[str, Value]) -> float | None:
     from optuna.trial import TrialState
 
     ck = config_key(cfg)
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if config_key(enc.decode(t.params)) == ck:
+        if t.value is not None and config_key(enc.decode(t.params)) == ck:
             return float(t.value)
     return None
 
 
-def _fail_running(study: Any) -> None:
+def fail_running(study: optuna.Study) -> None:
     from optuna.trial import TrialState
 
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -277,7 +280,7 @@ def _fail_running(study: Any) -> None:
 MIN_TRIALS_FOR_IMPORTANCE = 4
 
 
-def importances_of(study: Any) -> dict[str, float] | None:
+def importances_of(study: optuna.Study) -> dict[str, float] | None:
     """PED-ANOVA importances of a finished single-objective study, or None when they would mean nothing.
 
     None when fewer than ``MIN_TRIALS_FOR_IMPORTANCE`` trials completed with a

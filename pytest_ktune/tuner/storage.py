@@ -14,6 +14,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.redact import redact
 from pytest_ktune.core.store import now_utc
+from pytest_ktune.core.text import first_line as _first_line
 
 MEMORY = ":memory:"  # an in-memory study storage, for replays (nothing is saved)
 
@@ -56,10 +57,6 @@ def _schema_race(exc: Exception) -> bool:
     except ImportError:
         return False
     return isinstance(exc, (IntegrityError, ProgrammingError))
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
 
 
 @contextlib.contextmanager

@@ -24,20 +24,21 @@ from pytest_ktune.core.names import SAMPLERS
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
-from pytest_ktune.tuner.decide import _new_record, _Write, baseline_is_stale, decide
+from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
 from pytest_ktune.tuner.encoding import Encoding
-from pytest_ktune.tuner.loop import _all_rows, _best, _enqueue, _fail_running, _Loop, _value_of, importances_of
+from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
 from pytest_ktune.tuner.outcome import StudySummary, TuneOutcome
 from pytest_ktune.tuner.priors import device_priors, element_types, in_bytes, leading
 from pytest_ktune.tuner.progress import Progress
 from pytest_ktune.tuner.samplers import SamplerRequest, builtin_factory
 from pytest_ktune.tuner.samplers import unknown as unknown_sampler
 from pytest_ktune.tuner.settings import TuneContext
-from pytest_ktune.tuner.storage import _first_line, open_storage, study_lock, study_name
+from pytest_ktune.tuner.storage import open_storage, study_lock, study_name
 
 
-def _warm_starts(target: Target, store: Store | None, *, tid: str, device: str, key: Mapping[str, Any],
+def warm_starts(target: Target, store: Store | None, *, tid: str, device: str, key: Mapping[str, Any],
                  current: Mapping[str, Value]) -> list[tuple[str, dict[str, Value], bool]]:
     """The default, the parameters in use, and the best recorded for other keys and devices, each
     with whether it is near: the default and the parameters in use are, and so is a record of a key
@@ -129,7 +130,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                         study.tell(t.number, state=TrialState.FAIL)  # left by an interrupted run
             rec = store.find(tid, device.id, key) if store else None
             current = dict(rec.params) if rec else dict(target.default)
-            warm = _warm_starts(target, store, tid=tid, device=device.id, key=key, current=current)
+            warm = warm_starts(target, store, tid=tid, device=device.id, key=key, current=current)
             priors: list[tuple[str, dict[str, Value]]] = []
             lead = 0
             if settings.priors and settings.sampler != "grid":
@@ -143,15 +144,15 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             far = [(label, cfg) for label, cfg, n in warm if not n]
             groups = (mine, priors[:lead]) if rec is not None else (priors[:lead], mine)
             for group in (*groups, near, priors[lead:], far):
-                _enqueue(study, enc, group)
+                enqueue(study, enc, group)
             if settings.sampler == "grid":
-                _enqueue(study, enc, [("grid", p) for p in feasible])
-            loop = _Loop(study, enc, target, key=key, pool=pool, settings=settings)
+                enqueue(study, enc, [("grid", p) for p in feasible])
+            loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings)
             label = f"{target.name} {key_label(key)}"
             total = min(settings.trials, len(feasible))
             with Progress(label, total, stream=ctx.progress) as bar:
                 def tick() -> None:
-                    best = _best(study)
+                    best = best_trial(study)
                     bar.update(min(loop.timed(), total), best.value if best else None,
                                enc.decode(best.params) if best else None)
 
@@ -162,12 +163,12 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                         loop.settle()  # trials that processes sharing the study still run
                 except KeyboardInterrupt:
                     # The user's Ctrl-C must still stop pytest or the command: say how to resume, re-raise.
-                    _fail_running(study)
+                    fail_running(study)
                     print(f"\nktune: {target.where}: interrupted after {loop.timed()} timed trials; nothing "
                           f"was written. The study {name!r} is saved in {storage_name}: rerun the same "
                           "command to resume it.", file=sys.stderr, flush=True)
                     raise
-            best = _best(study)
+            best = best_trial(study)
             if best is None:
                 reasons = Counter(str(r.reason) for r in loop.rows if r.state in ("infeasible", "failed"))
                 why = "; ".join(f"{n}x {r}" for r, n in reasons.most_common(3)) or "no trial ran"
@@ -176,8 +177,10 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                                  hint="fix the failures shown, or constrain the space to what this device "
                                       "can run (its limits are listed in the reasons)")
             best_cfg = enc.decode(best.params)
-            cur_us = _value_of(study, enc, current)
-            default_us = _value_of(study, enc, dict(target.default))
+            assert best.value is not None  # best_trial takes only trials with a value
+            best_us = float(best.value)
+            cur_us = value_of(study, enc, current)
+            default_us = value_of(study, enc, dict(target.default))
             seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(3), "little")
             if config_key(best_cfg) == config_key(current):
                 accepted, decision = False, "the parameters in use are the best the study found"
@@ -188,7 +191,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                 accepted, decision = decide(ab)
             tuned = Tuned(date=now_utc(), sampler=settings.sampler, trials=loop.timed(), study=name,
                           result=decision)
-            record, changes = _new_record(ctx, target, _Write(
+            record, changes = new_record(ctx, target, Finished(
                 tid=tid, device=device.id, key=dict(key), cases=tuple(case_indices), record=rec, current=current,
                 best=best_cfg, accepted=accepted, ab=ab, tuned=tuned))
             written = False
@@ -199,12 +202,12 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     summary = StudySummary(
         target=tid, device=device.id, key=dict(key), sampler=settings.sampler, study_name=name,
         storage=storage_name, default_params=dict(target.default), default_us=default_us,
-        current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best.value,
+        current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best_us,
         accepted=accepted, decision=decision, feasible_points=len(feasible), wall_s=wall)
     return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=name, timed=loop.timed(),
                        infeasible=loop.infeasible, failed=loop.failed, default_us=default_us,
-                       current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best.value,
+                       current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best_us,
                        accepted=accepted, decision=decision, report=None, wall_s=wall, written=written,
                        record=record, changes=changes, summary=summary if ctx.reports else None,
-                       trials=tuple(_all_rows(study, enc)) if ctx.reports else (),
+                       trials=tuple(trial_rows(study, enc)) if ctx.reports else (),
                        importances=importances_of(study) if ctx.reports else None)

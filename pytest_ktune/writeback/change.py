@@ -83,7 +83,7 @@ def branch_name(change: Change, date: _dt.date | None = None) -> str:
     return f"ktune/{name}"
 
 
-def _check_paths(change: Change, where: str) -> None:
+def check_paths(change: Change, where: str) -> None:
     if not change.files:
         raise WritebackError("the change holds no files", where=where,
                              hint="pass the new params-file text in Change.files")
@@ -95,7 +95,7 @@ def _check_paths(change: Change, where: str) -> None:
                                  hint="give paths relative to the project root, in posix form, without '..'")
 
 
-def _message(change: Change, branch: str) -> str:
+def commit_message(change: Change, branch: str) -> str:
 
     body = change.body_markdown.strip("\n")
     parts = [change.title.strip(), body, f"{TRAILER} {__version__} ({branch})"]

@@ -19,11 +19,11 @@ from pytest_ktune.writeback.change import (
     NothingToWrite,
     PullRequest,
     WritebackError,
-    _check_paths,
-    _message,
+    check_paths,
+    commit_message,
     redact,
 )
-from pytest_ktune.writeback.repo import _prepare, _Repo
+from pytest_ktune.writeback.repo import Repo, prepare
 
 DEFAULT_API_URL = "https://api.github.com"
 
@@ -143,14 +143,14 @@ def open_pr(repo_root: Path, change: Change, *, remote: str = "origin", api_url:
                              hint="set GITHUB_TOKEN (in a workflow: `env: GITHUB_TOKEN: "
                                   "${{ secrets.GITHUB_TOKEN }}`), or use --ktune-write=commit")
     secrets = (token,)
-    _check_paths(change, str(repo_root))
-    repo = _Repo.open(repo_root, secrets)
+    check_paths(change, str(repo_root))
+    repo = Repo.open(repo_root, secrets)
     url = repo.remote_url(remote)
     slug = repository or os.environ.get("GITHUB_REPOSITORY") or parse_repository(url)
     if not slug or not re.fullmatch(r"[\w.-]+/[\w.-]+", slug):
         said = f"{slug!r}" if slug else f"{remote}'s URL {url}"
         raise repo.error(f"cannot tell the GitHub repository from {said}", hint="set GITHUB_REPOSITORY=owner/name")
-    p = _prepare(repo_root, change, branch, date, secrets=secrets, repo=repo)
+    p = prepare(repo_root, change, branch, date, secrets=secrets, repo=repo)
     base = repo.upstream_branch(p.base, remote)
     github = _GitHub(api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL, token, slug)
 
@@ -178,7 +178,7 @@ def open_pr(repo_root: Path, change: Change, *, remote: str = "origin", api_url:
         parents = [tip] if tip is not None else []
         if tip is None or not repo.is_ancestor(p.head, tip):
             parents.append(p.head)
-        sha = repo.commit(tree, parents, _message(change, p.branch))
+        sha = repo.commit(tree, parents, commit_message(change, p.branch))
 
     moved_local = local_tip != sha
     if moved_local:
@@ -220,7 +220,7 @@ def open_pr(repo_root: Path, change: Change, *, remote: str = "origin", api_url:
                        branch=p.branch, sha=sha, created=existing is None)
 
 
-def _undo_push(repo: _Repo, remote: str, branch: str, pushed: str, before: str | None) -> str:
+def _undo_push(repo: Repo, remote: str, branch: str, pushed: str, before: str | None) -> str:
     """Put the remote's branch back; returns '' or what went wrong."""
     if before is None:
         ok, out = repo.push(remote, "", branch, lease=pushed, delete=True)

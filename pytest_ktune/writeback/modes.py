@@ -39,14 +39,21 @@ import datetime as _dt
 from pathlib import Path
 
 from pytest_ktune.core.files import write_atomic
-from pytest_ktune.writeback.change import Change, NothingToWrite, WritebackError, _check_paths, _message, branch_name
-from pytest_ktune.writeback.repo import _prepare, _Repo
+from pytest_ktune.writeback.change import (
+    Change,
+    NothingToWrite,
+    WritebackError,
+    branch_name,
+    check_paths,
+    commit_message,
+)
+from pytest_ktune.writeback.repo import Repo, prepare
 
 
 def write_file(root: Path, change: Change) -> str:
     """Write every file of ``change`` in place under ``root``, each atomically; a one-line summary."""
     root = Path(root)
-    _check_paths(change, str(root))
+    check_paths(change, str(root))
     written = []
     for rel, text in sorted(change.files.items()):
         path = root.joinpath(*rel.split("/"))
@@ -69,8 +76,8 @@ def write_patch(repo_root: Path, change: Change, out_dir: Path, *, date: _dt.dat
     The diff is made by git from a tree built in the object database; the file
     is named after the branch that ``commit`` mode would create. Returns its path.
     """
-    _check_paths(change, str(repo_root))
-    repo = _Repo.open(repo_root)
+    check_paths(change, str(repo_root))
+    repo = Repo.open(repo_root)
     head = repo.head()
     files = repo.full_paths(change)
     tree, changed = repo.build_tree(files, head)
@@ -96,7 +103,7 @@ def commit_branch(repo_root: Path, change: Change, *, branch: str | None = None,
     file of ``change`` has uncommitted changes, and when the branch exists.
     Returns the branch's name and the commit's hash.
     """
-    p = _prepare(repo_root, change, branch, date)
+    p = prepare(repo_root, change, branch, date)
     repo = p.repo
     if repo.rev(f"refs/heads/{p.branch}") is not None:
         raise repo.error(f"the branch {p.branch} already exists",
@@ -104,6 +111,6 @@ def commit_branch(repo_root: Path, change: Change, *, branch: str | None = None,
     tree, changed = repo.build_tree(p.files, p.head)
     if not changed:
         raise repo.error("nothing to commit: HEAD already holds these texts", cls=NothingToWrite)
-    sha = repo.commit(tree, [p.head], _message(change, p.branch))
+    sha = repo.commit(tree, [p.head], commit_message(change, p.branch))
     repo.set_ref(p.branch, sha, None, f"ktune: {change.title}")
     return p.branch, sha

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_ktune.core import git
-from pytest_ktune.writeback.change import TRAILER, Change, WritebackError, _check_paths, branch_name, redact
+from pytest_ktune.writeback.change import TRAILER, Change, WritebackError, branch_name, check_paths, redact
 
 _FALLBACK_NAME = "pytest-ktune"
 
@@ -22,7 +22,7 @@ _FALLBACK_EMAIL = "pytest-ktune@users.noreply.github.com"
 _NETWORK_TIMEOUT_S = 300.0
 
 
-class _Repo:
+class Repo:
     """git plumbing through GitPython's command runner, with the token kept out of every message."""
 
     def __init__(self, top: Path, prefix: str, secrets: Sequence[str]) -> None:
@@ -31,7 +31,7 @@ class _Repo:
         self.secrets = tuple(secrets)
 
     @classmethod
-    def open(cls, root: Path, secrets: Sequence[str] = ()) -> _Repo:
+    def open(cls, root: Path, secrets: Sequence[str] = ()) -> Repo:
         root = Path(root)
         if not root.is_dir():
             raise WritebackError("the folder does not exist", where=str(root),
@@ -237,19 +237,19 @@ def _execute(cwd: Path, args: Sequence[str], env: Mapping[str, str] | None,
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    repo: _Repo
+class Prepared:
+    repo: Repo
     branch: str
     base: str
     head: str
     files: dict[str, bytes]
 
 
-def _prepare(repo_root: Path, change: Change, branch: str | None, date: _dt.date | None, *,
-             secrets: Sequence[str] = (), repo: _Repo | None = None) -> _Prepared:
+def prepare(repo_root: Path, change: Change, branch: str | None, date: _dt.date | None, *,
+             secrets: Sequence[str] = (), repo: Repo | None = None) -> Prepared:
     """The checks every git mode makes before creating anything."""
-    _check_paths(change, str(repo_root))
-    repo = repo or _Repo.open(repo_root, secrets)
+    check_paths(change, str(repo_root))
+    repo = repo or Repo.open(repo_root, secrets)
     base = repo.current_branch()
     head = repo.head()
     files = repo.full_paths(change)
@@ -259,4 +259,4 @@ def _prepare(repo_root: Path, change: Change, branch: str | None, date: _dt.date
     if name == base:
         raise repo.error(f"HEAD is on {name}, the branch ktune would write to",
                          hint="check out the branch the results belong on (e.g. `git switch main`)")
-    return _Prepared(repo=repo, branch=name, base=base, head=head, files=files)
+    return Prepared(repo=repo, branch=name, base=base, head=head, files=files)

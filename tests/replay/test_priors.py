@@ -12,7 +12,7 @@ from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
 from pytest_ktune.core.errors import SpaceError
 from pytest_ktune.core.target import Target
-from pytest_ktune.lab.replay import _device_of
+from pytest_ktune.lab.replay import device_of
 from pytest_ktune.tuner.priors import (
     TWIN,
     _itemsize,
@@ -173,7 +173,7 @@ def test_a_bfloat16_key_is_a_two_byte_element_type() -> None:
 def test_launch_bound_rmsnorm() -> None:
     land = landscape(RMSNORM)
     t = target("rmsnorm")
-    priors = device_priors(t, land.key, _cases(t, dict(land.key)), _device_of(land))
+    priors = device_priors(t, land.key, _cases(t, dict(land.key)), device_of(land))
     assert priors == [
         ("prior: 16-byte vectors, one per thread", {"BLOCK": 512, "VEC": 8}),  # the recorded optimum
         ("prior: 8-byte vectors, one per thread", {"BLOCK": 1024, "VEC": 4}),
@@ -186,7 +186,7 @@ def test_launch_bound_rmsnorm() -> None:
 def test_a_shape_that_fills_the_device_keeps_the_default_block() -> None:
     land = landscape(SILU)
     t = target("silu_and_mul")
-    priors = device_priors(t, land.key, _cases(t, dict(land.key)), _device_of(land))
+    priors = device_priors(t, land.key, _cases(t, dict(land.key)), device_of(land))
     assert [p for _, p in priors] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, {"BLOCK": 256, "VEC": 4, "ITEMS": 1},
                                       {"BLOCK": 256, "VEC": 8, "ITEMS": 1}]
     assert "fill the SMs" not in " ".join(label for label, _ in priors)
@@ -195,7 +195,7 @@ def test_a_shape_that_fills_the_device_keeps_the_default_block() -> None:
 def test_float32_gets_four_wide_vectors_then_eight_then_two() -> None:
     t = target("silu_and_mul")
     key = {"T": 256, "I": 14336, "dtype": "float32"}  # 917,504 threads with 16-byte vectors: over a wave
-    priors = device_priors(t, key, _cases(t, key), _device_of(landscape(SILU)))
+    priors = device_priors(t, key, _cases(t, key), device_of(landscape(SILU)))
     vec = [p["VEC"] for label, p in priors if "one per thread" in label]
     assert vec == [4, 8, 2]
     assert [label for label, _ in priors if "one per thread" in label] == \
@@ -206,7 +206,7 @@ def test_under_a_wave_more_blocks_of_the_same_size_go_first() -> None:
     # SiLU at T16: one 16-byte vector per thread is 112 blocks of 256 threads on 132 SMs; 8-byte vectors
     # give 224 blocks of 256, twice the warps to hide latency with, so they are timed first.
     t = target("silu_and_mul")
-    dev = _device_of(landscape(SILU))
+    dev = device_of(landscape(SILU))
     for dtype, first in (("float16", 4), ("float32", 2)):
         key = {"T": 16, "I": 14336, "dtype": dtype}
         priors = device_priors(t, key, _cases(t, key), dev)
@@ -214,7 +214,7 @@ def test_under_a_wave_more_blocks_of_the_same_size_go_first() -> None:
     # One row per block (RMSNorm at T64): 8-byte vectors mean bigger blocks, not more: 16 bytes stay first.
     rt = target("rmsnorm")
     land = landscape(RMSNORM)
-    assert device_priors(rt, dict(land.key), _cases(rt, dict(land.key)), _device_of(land))[0][0] == \
+    assert device_priors(rt, dict(land.key), _cases(rt, dict(land.key)), device_of(land))[0][0] == \
         "prior: 16-byte vectors, one per thread"
 
 
@@ -222,7 +222,7 @@ def test_the_probe_counts_occupancy_without_running_anything() -> None:
     t = target("rmsnorm")
     land = landscape(RMSNORM)
     args = t.case_args(t.cases[_cases(t, dict(land.key))[0]])
-    dev = _device_of(land)
+    dev = device_of(land)
     assert occupancy(t, args, {"BLOCK": 256, "VEC": 8}, dev) == (64, 64 * 256)  # one block per row
     assert occupancy(t, args, {"BLOCK": 1024, "VEC": 8}, dev) == (64, 64 * 1024)
 
@@ -230,7 +230,7 @@ def test_the_probe_counts_occupancy_without_running_anything() -> None:
 def test_a_grid_short_of_sms_gets_smaller_blocks() -> None:
     t = target("silu_and_mul")
     key = {"T": 16, "I": 14336, "dtype": "float16"}  # 112 blocks of 256 threads for 132 SMs
-    priors = device_priors(t, key, _cases(t, key), _device_of(landscape(SILU)))
+    priors = device_priors(t, key, _cases(t, key), device_of(landscape(SILU)))
     assert priors[2:] == [("prior: 16-byte vectors, blocks that fill the SMs", {"BLOCK": 128, "VEC": 8, "ITEMS": 1}),
                           ("prior: 16-byte vectors", {"BLOCK": 256, "VEC": 8, "ITEMS": 1})]
 
@@ -280,7 +280,7 @@ def test_the_example_moe_target_declares_its_vector_width_and_work() -> None:
     t = target("moe_topk_softmax")
     assert t.vector_params() == ["VPT"]
     key = {"T": 16, "E": 8, "K": 2}
-    first = device_priors(t, key, _cases(t, key), _device_of(landscape(SILU)))[0]
+    first = device_priors(t, key, _cases(t, key), device_of(landscape(SILU)))[0]
     assert first == ("prior: 16-byte vectors, one per thread", {"BLOCK": 32, "TPR": 2, "VPT": 4})
 
 

@@ -23,7 +23,7 @@ from pytest_ktune.measure.worker import ABOutcome, CaseTime
 from pytest_ktune.tuner.decide import decide
 from pytest_ktune.tuner.encoding import Encoding
 from pytest_ktune.tuner.settings import TuneSettings
-from pytest_ktune.tuner.tune import _warm_starts
+from pytest_ktune.tuner.tune import warm_starts
 
 
 def _launch(kernel: Any, x: Any) -> Any:
@@ -240,7 +240,7 @@ def test_warm_starts_in_order_valid_and_once_each(tmp_path: Path) -> None:
         record(config(BLOCK=64, VEC=1), n=512, name="other.py::unit"),  # another target
     ]
     store = Store(tmp_path / "ktune-params.json", records)
-    starts = _warm_starts(TARGET, store, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=current)
+    starts = warm_starts(TARGET, store, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=current)
     assert starts == [  # keys without a dtype: every record is of the same element types, so near
         ("default", dict(TARGET.default), True),
         ("current", current, True),
@@ -263,16 +263,16 @@ def test_warm_starts_mark_records_of_other_element_types_as_far(tmp_path: Path) 
         Record(target=tid, device=DEVICE, key={"N": 1024, "dtype": "float16"}, params=same),
         Record(target=tid, device=DEVICE, key={"N": 2048, "dtype": "float32"}, params=other),
     ])
-    starts = _warm_starts(TARGET, store, tid=tid, device=DEVICE, key=key, current=dict(TARGET.default))
+    starts = warm_starts(TARGET, store, tid=tid, device=DEVICE, key=key, current=dict(TARGET.default))
     assert [(c, near) for _, c, near in starts] == [(dict(TARGET.default), True), (same, True), (other, False)]
 
 
 def test_warm_starts_drop_a_current_that_is_invalid_for_the_key() -> None:
     bad = config(BLOCK=256, VEC=4)
     assert not TARGET.space.valid(bad, KEY)
-    starts = _warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=bad)
+    starts = warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=bad)
     assert starts == [("default", dict(TARGET.default), True)]
-    same = _warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY,
+    same = warm_starts(TARGET, None, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY,
                         current=dict(TARGET.default))
     assert same == [("default", dict(TARGET.default), True)]
     assert key_string({"N": 512}) == "N=512"

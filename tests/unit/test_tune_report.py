@@ -340,4 +340,4 @@ def test_importances_of_never_raises() -> None:
         def get_trials(self, **_: object) -> list[object]:
             raise RuntimeError("storage went away")
 
-    assert importances_of(Broken()) is None
+    assert importances_of(Broken()) is None  # type: ignore[arg-type]
