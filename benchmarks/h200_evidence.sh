@@ -22,6 +22,13 @@
 #             up to LARGE_MAX_BYTES (default 32M)
 #   landscapes-redo  ktune record --redo --stale-only on the committed landscapes (those whose kernel changed)
 #   agent-silu, agent-rest   benchmarks/bench_agent.py on the naive kernels
+#   gpu-tests every test marked gpu (the CUDA contract suite, device-side inputs and references,
+#             the gate's isolation from a kernel that poisons its context)
+#   gate-cost        benchmarks/gate_cost.py: the gate's wall time (cold, warm), peak memory and phases:
+#             on GATE_SUBSET (default rmsnorm) with the build in .before/ (a wheel and its example_project)
+#             and with this one, then the whole example with this one
+#   gate-runs        GATE_RUNS (default 10) runs of the whole example against its baselines: 0 failures
+#   gate-slowed      a configuration x1.08-1.10 slower from SLOWED_LANDSCAPE, caught in each of 10 runs
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
@@ -112,6 +119,27 @@ for spec in "$@"; do
         { header python3 benchmarks/bench_agent.py --backend $BK --seeds 5 --kernels "$kernels"
           $limit python3 benchmarks/bench_agent.py --backend $BK --seeds 5 --kernels "$kernels" \
             --out "$OUT/bench_agent-cuda-${step#agent-}.json"; } 2>&1 | tee "$OUT/bench_agent-${step#agent-}.txt" || rc=1 ;;
+    gpu-tests)
+        { header pytest tests -m gpu -rs; $limit python3 -m pytest -p no:cacheprovider tests -m gpu -q -rs; } 2>&1 \
+            | tee "$OUT/tests_gpu.txt" || rc=1 ;;
+    gate-cost)
+        subset=${GATE_SUBSET:-rmsnorm}
+        if [ -d .before ]; then
+            rm -rf /tmp/site-before && python3 -m pip install -q --no-index --no-deps --target /tmp/site-before .before/*.whl
+            $limit python3 benchmarks/gate_cost.py cost --label before --site /tmp/site-before --project .before/example_project \
+                -k "$subset" --runs 2 --out "$OUT/gate_cost-before-subset.json" 2>&1 | tee -a "$OUT/gate_cost.txt" || rc=1
+        fi
+        $limit python3 benchmarks/gate_cost.py cost --label after -k "$subset" --runs 2 \
+            --out "$OUT/gate_cost-after-subset.json" 2>&1 | tee -a "$OUT/gate_cost.txt" || rc=1
+        $limit python3 benchmarks/gate_cost.py cost --label after-full --runs 2 \
+            --out "$OUT/gate_cost-after-full.json" 2>&1 | tee -a "$OUT/gate_cost.txt" || rc=1 ;;
+    gate-runs)
+        $limit python3 benchmarks/gate_cost.py cost --label runs --runs "${GATE_RUNS:-10}" \
+            --out "$OUT/gate_runs.json" 2>&1 | tee "$OUT/gate_runs.txt" || rc=1 ;;
+    gate-slowed)
+        $limit python3 benchmarks/gate_cost.py slowed --runs "${SLOWED_RUNS:-10}" \
+            --landscape "${SLOWED_LANDSCAPE:-benchmarks/results/landscapes/silu_and_mul-T16-I14336-float16-NVIDIA_H200.json.gz}" \
+            --out "$OUT/gate_slowed.json" 2>&1 | tee "$OUT/gate_slowed.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

@@ -1,7 +1,8 @@
 """pytest-ktune: correctness, honest timing, a regression gate and tuning for GPU kernels.
 
 The public API is small: ``target``, ``Space``, ``Case``, ``Tensor``,
-``Tolerance``, ``bucket`` and ``cdiv``. ``import ktune`` gives the same names.
+``Tolerance``, ``bucket``, ``cdiv``, and ``array_api`` / ``array_namespace`` for references.
+``import ktune`` gives the same names.
 Names load on first use, so the pytest plugin costs nothing without ``--ktune``.
 """
 
@@ -20,12 +21,13 @@ _EXPORTS = {
     "Space": "core.space",
     "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
     "Tolerance": "core.case", "bucket": "core.case", "target": "measure.production",
+    "array_api": "core.reference", "array_namespace": "core.reference",
 }
 
 __all__ = [
     "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "LaunchError",
     "MismatchError", "ReferenceShapeError", "Space", "SpaceError", "StoreError", "Target",
-    "Tensor", "Tolerance", "__version__", "bucket", "cdiv", "target",
+    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "bucket", "cdiv", "target",
 ]
 
 if TYPE_CHECKING:
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
         StoreError,
     )
     from pytest_ktune.core.launch import cdiv
+    from pytest_ktune.core.reference import array_api, array_namespace
     from pytest_ktune.core.space import Space
     from pytest_ktune.measure.production import LaunchTarget as Target
     from pytest_ktune.measure.production import target

@@ -55,7 +55,7 @@ class TargetCollector(pytest.Collector):
                 yield BrokenItem.from_parent(self, name=f"case{i}", error=exc)
                 continue
             for cls in (CorrectnessItem, PerformanceItem):
-                item = cls.from_parent(self, name=f"{cls.kind}[{case_id}]", target=self.target, case=case)
+                item = cls.from_parent(self, name=f"{cls.kind}[{case_id}]", target=self.target, case_index=i)
                 yield self._mark(item, cls.marker, backend)
         if session.settings.tune is None:
             return
@@ -82,10 +82,10 @@ class _KtuneItem(pytest.Item):
     kind = ""
     marker = ""
 
-    def __init__(self, *, target: Target, case: Any, **kwargs: Any) -> None:
+    def __init__(self, *, target: Target, case_index: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.target = target
-        self.case = case
+        self.case_index = case_index
 
     @property
     def session_(self) -> Session:
@@ -110,7 +110,7 @@ class CorrectnessItem(_KtuneItem):
 
     def runtest(self) -> None:
         try:
-            notes = self.session_.check(self.target, self.case)
+            notes = self.session_.check(self.target, self.case_index)
         except Skip as exc:
             pytest.skip(str(exc))
         for note in notes:
@@ -125,7 +125,7 @@ class PerformanceItem(_KtuneItem):
 
     def runtest(self) -> None:
         try:
-            result: PerfResult = self.session_.perf(self.target, self.case)
+            result: PerfResult = self.session_.perf(self.target, self.case_index)
         except Skip as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ktune_time_us", result.time_us))

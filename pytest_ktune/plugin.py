@@ -67,6 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "GITHUB_TOKEN)")
     group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
                     help="seconds one candidate may take, compile included, before its worker is killed")
+    group.addoption("--ktune-item-timeout", type=float, default=600.0, metavar="SECONDS",
+                    help="seconds one correctness or performance item's kernels may run before they count as "
+                         "hung: the item fails and a fresh measurement process runs the rest (default: 600)")
+    group.addoption("--ktune-skip-unavailable", action="store_true", default=False,
+                    help="where the backend cannot run (no GPU, no OpenCL), skip the ktune items instead of "
+                         "failing the run (for a laptop without a device; never for a merge gate)")
     group.addoption("--ktune-agent", action="store_true", default=False,
                     help="with --ktune-tune: before searching each target, let an LLM agent (OpenAI-compatible, "
                          "OPENAI_BASE_URL / OPENAI_API_KEY) template, test, analyse and plan; a verified, faster "
@@ -91,9 +97,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ktune_correctness: a pytest-ktune correctness item")
     config.addinivalue_line("markers", "ktune_performance: a pytest-ktune performance item")
     config.addinivalue_line("markers", "ktune_tune: a pytest-ktune tuning item (--ktune-tune, --ktune-autotune)")
-    if not config.getoption("ktune"):
+    if not config.getoption("ktune") or config.option.help:
         return
-    from pytest_ktune.core.errors import KtuneError
+    _refuse_xdist(config)
+    from pytest_ktune.core.errors import BackendUnavailable, KtuneError
     from pytest_ktune.items import SESSION_KEY, OutcomeRecorder
     from pytest_ktune.run.options import RunOptions, build
     from pytest_ktune.run.session import Session
@@ -109,13 +116,45 @@ def pytest_configure(config: pytest.Config) -> None:
         autotune=opt("ktune_autotune"), trials=opt("ktune_trials"), tune_timeout=opt("ktune_tune_timeout"),
         sampler=opt("ktune_sampler"), storage=opt("ktune_storage"), write=opt("ktune_write"),
         trial_timeout=opt("ktune_trial_timeout"), agent=opt("ktune_agent"), model=opt("ktune_model"),
-        agent_iterations=opt("ktune_agent_iterations"), command=" ".join(["pytest", *config.invocation_params.args]))
+        agent_iterations=opt("ktune_agent_iterations"), command=" ".join(["pytest", *config.invocation_params.args]),
+        item_timeout=opt("ktune_item_timeout"), skip_unavailable=opt("ktune_skip_unavailable"))
     try:
         session = Session(build(options, config.hook))
     except KtuneError as exc:
         raise pytest.UsageError(exc.render()) from None
+    try:
+        session.start()  # fail closed: a backend that cannot run is an error, before any item runs
+    except BackendUnavailable as exc:
+        if not session.settings.skip_unavailable:
+            session.close()
+            raise pytest.UsageError(
+                f"the {session.settings.backend} backend cannot run: {exc.render()}\n(pass "
+                "--ktune-skip-unavailable to skip the ktune items instead, on a machine without a device)") from None
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(OutcomeRecorder(session), "ktune-outcomes")
+
+
+def _refuse_xdist(config: pytest.Config) -> None:
+    """pytest-xdist would run the items in several processes at once, timing kernels side by side on
+    one device and splitting the summary, the baselines and the reports: refused, with what to do."""
+    dist = getattr(config.option, "dist", "no")
+    workers = getattr(config.option, "numprocesses", None)
+    if dist not in (None, "no") or workers:
+        raise pytest.UsageError(
+            "pytest-ktune times kernels one at a time on one device, and keeps one summary, one set of "
+            f"baselines and one report per run, so it does not run under pytest-xdist (-n {workers}, --dist "
+            f"{dist}). Run the ktune items in a pytest run of their own without -n (add -n 0, or -p no:xdist), "
+            "e.g. `pytest --ktune -n 0`, and the rest of the suite with -n as before.")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not config.getoption("ktune"):
+        return
+    from pytest_ktune.items import session_of
+
+    session = session_of(config)
+    if session is not None:
+        session.close()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -130,10 +169,10 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     lines = [f"ktune: seed {s.seed} (rerun with --ktune-seed {s.seed}), threshold {s.threshold}, "
              f"params {s.params_path}"]
     try:
-        b = session.backend()
-        lines.append(f"ktune: backend {b.name} on {b.device.name} ({b.device.arch}; {b.device.compiler})")
+        d = session.device()
+        lines.append(f"ktune: backend {d.backend} on {d.name} ({d.arch}; {d.compiler})")
     except Skip as exc:
-        lines.append(f"ktune: backend {session.backend_name} unavailable: {exc}")
+        lines.append(f"ktune: backend {session.backend_name} unavailable, items skipped: {exc}")
     if session.store_error is not None:
         lines.append(f"ktune: WARNING {session.store_error.render()}")
     if s.agent is not None:

@@ -15,13 +15,13 @@ import numpy as np
 import ktune
 
 
-def fused_add_rmsnorm_reference(x: np.ndarray, residual: np.ndarray, w: np.ndarray,
-                                eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(normalised output, updated residual) in float64."""
-    z = residual.astype(np.float64) + x.astype(np.float64)
-    rms = np.sqrt(np.mean(z * z, axis=-1, keepdims=True) + eps)
-    out: np.ndarray = z / rms * w.astype(np.float64)
-    return out, z
+@ktune.array_api
+def fused_add_rmsnorm_reference(x: Any, residual: Any, w: Any, eps: float) -> tuple[Any, Any]:
+    """(normalised output, updated residual) in float64, in whichever array library holds ``x``."""
+    xp = ktune.array_namespace(x, residual, w)
+    z = xp.astype(residual, xp.float64, copy=False) + xp.astype(x, xp.float64, copy=False)
+    rms = xp.sqrt(xp.mean(z * z, axis=-1, keepdims=True) + eps)
+    return z / rms * xp.astype(w, xp.float64, copy=False), z
 
 
 def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:

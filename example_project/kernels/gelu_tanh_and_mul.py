@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,14 +15,15 @@ import numpy as np
 import ktune
 
 
-def gelu_tanh_and_mul_reference(x: np.ndarray) -> np.ndarray:
-    """gelu_tanh(x[:, :I]) * x[:, I:] in float64."""
-    x64 = x.astype(np.float64)
+@ktune.array_api
+def gelu_tanh_and_mul_reference(x: Any) -> Any:
+    """gelu_tanh(x[:, :I]) * x[:, I:] in float64, in whichever array library holds ``x``."""
+    xp = ktune.array_namespace(x)
+    x64 = xp.astype(x, xp.float64, copy=False)
     i = x.shape[-1] // 2
     g, u = x64[..., :i], x64[..., i:]
-    inner = np.sqrt(2.0 / np.pi) * (g + 0.044715 * g * g * g)
-    out: np.ndarray = 0.5 * g * (1.0 + np.tanh(inner)) * u
-    return out
+    inner = math.sqrt(2.0 / math.pi) * (g + 0.044715 * g * g * g)
+    return 0.5 * g * (1.0 + xp.tanh(inner)) * u
 
 
 def _case(t: int, inter: int, dtype: str, **kw: Any) -> ktune.Case:

@@ -21,6 +21,7 @@ suffix_out, suffix_lse)`` returns ``(out, out_lse)``.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -29,20 +30,23 @@ import numpy as np
 import ktune
 
 
-def merge_attn_states_reference(prefix_out: np.ndarray, prefix_lse: np.ndarray, suffix_out: np.ndarray,
-                                suffix_lse: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(merged output [T, NH, D], merged LSE [NH, T]) in float64."""
-    p = prefix_lse.astype(np.float64)
-    s = suffix_lse.astype(np.float64)
-    p = np.where(np.isinf(p), -np.inf, p)
-    s = np.where(np.isinf(s), -np.inf, s)
-    m = np.maximum(p, s)
-    pe, se = np.exp(p - m), np.exp(s - m)
+@ktune.array_api
+def merge_attn_states_reference(prefix_out: Any, prefix_lse: Any, suffix_out: Any,
+                                suffix_lse: Any) -> tuple[Any, Any]:
+    """(merged output [T, NH, D], merged LSE [NH, T]) in float64, in whichever array library holds
+    the inputs."""
+    xp = ktune.array_namespace(prefix_out, prefix_lse)
+    p = xp.astype(prefix_lse, xp.float64, copy=False)
+    s = xp.astype(suffix_lse, xp.float64, copy=False)
+    empty = xp.full_like(p, -math.inf)
+    p = xp.where(xp.isinf(p), empty, p)
+    s = xp.where(xp.isinf(s), empty, s)
+    m = xp.maximum(p, s)
+    pe, se = xp.exp(p - m), xp.exp(s - m)
     total = pe + se
-    out: np.ndarray = (prefix_out.astype(np.float64) * (pe / total).T[:, :, None]
-                       + suffix_out.astype(np.float64) * (se / total).T[:, :, None])
-    out_lse: np.ndarray = np.log(total) + m
-    return out, out_lse
+    out = (xp.astype(prefix_out, xp.float64, copy=False) * (pe / total).T[:, :, None]
+           + xp.astype(suffix_out, xp.float64, copy=False) * (se / total).T[:, :, None])
+    return out, xp.log(total) + m
 
 
 def lse_values(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any], *,

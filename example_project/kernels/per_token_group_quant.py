@@ -40,33 +40,36 @@ _E4M3_SUBNORMAL_STEP = 2.0**-9
 _SLICE = 1 << 16  # elements the encoder takes at a time
 
 
-def float8_e4m3fn_codes(v: np.ndarray) -> np.ndarray:
+def float8_e4m3fn_codes(v: Any) -> Any:
     """The ``float8_e4m3fn`` bit patterns (uint8) nearest to ``v``: round to nearest even, saturating
-    at +-448, NaN to 0x7F/0xFF. Exact for any float64 input (no intermediate rounding)."""
-    v = np.asarray(v, dtype=np.float64)
+    at +-448, NaN to 0x7F/0xFF. Exact for any float64 input (no intermediate rounding). ``v`` may be
+    any array library's (numpy's, CuPy's): the codes come back in the same one."""
+    xp = ktune.array_namespace(v)
+    v = xp.astype(xp.asarray(v), xp.float64, copy=False)
+    if not isinstance(v, np.ndarray):
+        return _codes(xp, v)  # on a GPU: the whole array at once
     out = np.empty(v.shape, np.uint8)
     flat_in, flat_out = v.reshape(-1), out.reshape(-1)
     # In slices that stay in cache: whole-array temporaries of a large case cost more than the work.
     for i in range(0, flat_in.size, _SLICE):
-        flat_out[i:i + _SLICE] = _codes(flat_in[i:i + _SLICE])
+        flat_out[i:i + _SLICE] = _codes(xp, flat_in[i:i + _SLICE])
     return out
 
 
-def _codes(v: np.ndarray) -> np.ndarray:
-    sign = np.signbit(v).astype(np.uint16) << 7
-    a = np.minimum(np.abs(v), E4M3_MAX)  # satfinite: beyond 448 (inf included) is 448
+def _codes(xp: Any, v: Any) -> Any:
+    sign = xp.astype(xp.signbit(v), xp.uint16) << 7
+    a = xp.minimum(xp.abs(v), E4M3_MAX)  # satfinite: beyond 448 (inf included) is 448
     with np.errstate(invalid="ignore"):
         # Subnormals (and zero) are multiples of 2^-9 below 2^-6; code 8 is then 2^-6 itself.
-        sub = np.rint(a / _E4M3_SUBNORMAL_STEP)
+        sub = xp.round(a / _E4M3_SUBNORMAL_STEP)
         # Normals: a = 2^e * (1 + m/8). frexp gives a = f * 2^ex with f in [0.5, 1), so e = ex - 1.
-        f, ex = np.frexp(np.maximum(a, _E4M3_MIN_NORMAL))
-        m = np.rint((2.0 * f - 1.0) * 8.0)  # exact products, so rint's ties-to-even is the real one
+        f, ex = xp.frexp(xp.maximum(a, _E4M3_MIN_NORMAL))
+        m = xp.round((2.0 * f - 1.0) * 8.0)  # exact products, so the ties-to-even rounding is the real one
         # A mantissa that rounds up to 8 carries into the exponent: (e + 7) * 8 + m does that itself.
-        normal = (ex.astype(np.float64) - 1.0 + 7.0) * 8.0 + m
-    code = np.where(a < _E4M3_MIN_NORMAL, sub, normal)
-    code = np.where(np.isnan(v), 0x7F, code)
-    out: np.ndarray = (code.astype(np.uint16) | sign).astype(np.uint8)
-    return out
+        normal = (xp.astype(ex, xp.float64) - 1.0 + 7.0) * 8.0 + m
+    code = xp.where(a < _E4M3_MIN_NORMAL, sub, normal)
+    code = xp.where(xp.isnan(v), xp.full_like(code, 0x7F), code)
+    return xp.astype(xp.astype(code, xp.uint16) | sign, xp.uint8)
 
 
 def float8_e4m3fn_values(codes: np.ndarray) -> np.ndarray:
@@ -80,15 +83,17 @@ def float8_e4m3fn_values(codes: np.ndarray) -> np.ndarray:
     return out
 
 
-def per_token_group_quant_reference(x: np.ndarray, group_size: int, out_dtype: str,
-                                    eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(q, scales) computed in float64, then rounded once as the kernel does."""
+@ktune.array_api
+def per_token_group_quant_reference(x: Any, group_size: int, out_dtype: str, eps: float) -> tuple[Any, Any]:
+    """(q, scales) computed in float64, then rounded once as the kernel does, in whichever array
+    library holds ``x``."""
+    xp = ktune.array_namespace(x)
     tokens, hidden = x.shape
-    groups = x.astype(np.float64).reshape(tokens, hidden // group_size, group_size)
-    scale = np.maximum(np.abs(groups).max(axis=-1, keepdims=True), eps) / QMAX[out_dtype]
+    groups = xp.reshape(xp.astype(x, xp.float64, copy=False), (tokens, hidden // group_size, group_size))
+    scale = xp.maximum(xp.max(xp.abs(groups), axis=-1, keepdims=True), eps) / QMAX[out_dtype]
     v = groups / scale
-    q = np.clip(np.rint(v), -128, 127).astype(np.int8) if out_dtype == "int8" else float8_e4m3fn_codes(v)
-    return q.reshape(tokens, hidden), scale[..., 0].astype(np.float32)
+    q = xp.astype(xp.clip(xp.round(v), -128, 127), xp.int8) if out_dtype == "int8" else float8_e4m3fn_codes(v)
+    return xp.reshape(q, (tokens, hidden)), xp.astype(scale[..., 0], xp.float32)
 
 
 def activations(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:

@@ -25,17 +25,19 @@ import numpy as np
 import ktune
 
 
-def reshape_and_cache_flash_reference(key: np.ndarray, value: np.ndarray, key_cache: np.ndarray,
-                                      value_cache: np.ndarray, slot_mapping: np.ndarray
-                                      ) -> tuple[np.ndarray, np.ndarray]:
-    """(key cache, value cache) after the writes, in their own dtype (a copy is exact)."""
+@ktune.array_api
+def reshape_and_cache_flash_reference(key: Any, value: Any, key_cache: Any, value_cache: Any,
+                                      slot_mapping: Any) -> tuple[Any, Any]:
+    """(key cache, value cache) after the writes (a copy is exact in any wider dtype), in whichever
+    array library holds the inputs."""
+    xp = ktune.array_namespace(key, key_cache)
     _, nkv, d = key.shape
-    kc = key_cache.copy().reshape(-1, nkv, d)
-    vc = value_cache.copy().reshape(-1, nkv, d)
+    kc = xp.reshape(xp.asarray(key_cache, copy=True), (-1, nkv, d))
+    vc = xp.reshape(xp.asarray(value_cache, copy=True), (-1, nkv, d))
     valid = slot_mapping >= 0
     kc[slot_mapping[valid]] = key[valid]
     vc[slot_mapping[valid]] = value[valid]
-    return kc.reshape(key_cache.shape), vc.reshape(value_cache.shape)
+    return xp.reshape(kc, key_cache.shape), xp.reshape(vc, value_cache.shape)
 
 
 def slots(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[Any], *, num_slots: int,

@@ -9,12 +9,13 @@ import numpy as np
 import ktune
 
 
-def rmsnorm_reference(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    """RMSNorm in float64."""
-    x64 = x.astype(np.float64)
-    rms = np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
-    out: np.ndarray = x64 / rms * w.astype(np.float64)
-    return out
+@ktune.array_api
+def rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
+    """RMSNorm in float64, in whichever array library holds ``x`` (on the GPU under the gate)."""
+    xp = ktune.array_namespace(x, w)
+    x64 = xp.astype(x, xp.float64, copy=False)
+    rms = xp.sqrt(xp.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+    return x64 / rms * xp.astype(w, xp.float64, copy=False)
 
 
 def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:

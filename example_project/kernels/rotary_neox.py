@@ -47,17 +47,18 @@ def sin_cache(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype[
     return out
 
 
-def rotary_neox_reference(positions: np.ndarray, query: np.ndarray, key: np.ndarray,
-                          cos: np.ndarray, sin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(rotated query, rotated key) in float64."""
-    c = cos.astype(np.float64)[positions][:, None, :]
-    s = sin.astype(np.float64)[positions][:, None, :]
+@ktune.array_api
+def rotary_neox_reference(positions: Any, query: Any, key: Any, cos: Any, sin: Any) -> tuple[Any, Any]:
+    """(rotated query, rotated key) in float64, in whichever array library holds the inputs."""
+    xp = ktune.array_namespace(query, cos)
+    c = xp.take(xp.astype(cos, xp.float64, copy=False), positions, axis=0)[:, None, :]
+    s = xp.take(xp.astype(sin, xp.float64, copy=False), positions, axis=0)[:, None, :]
 
-    def rotate(v: np.ndarray) -> np.ndarray:
-        v64 = v.astype(np.float64)
+    def rotate(v: Any) -> Any:
+        v64 = xp.astype(v, xp.float64, copy=False)
         half = v.shape[-1] // 2
         a, b = v64[..., :half], v64[..., half:]
-        return np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+        return xp.concat([a * c - b * s, b * c + a * s], axis=-1)
 
     return rotate(query), rotate(key)
 

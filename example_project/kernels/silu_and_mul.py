@@ -9,12 +9,14 @@ import numpy as np
 import ktune
 
 
-def silu_and_mul_reference(x: np.ndarray) -> np.ndarray:
-    """silu(x[:, :I]) * x[:, I:] in float64."""
-    x64 = x.astype(np.float64)
+@ktune.array_api
+def silu_and_mul_reference(x: Any) -> Any:
+    """silu(x[:, :I]) * x[:, I:] in float64, in whichever array library holds ``x``."""
+    xp = ktune.array_namespace(x)
+    x64 = xp.astype(x, xp.float64, copy=False)
     i = x.shape[-1] // 2
     g, u = x64[..., :i], x64[..., i:]
-    return g / (1.0 + np.exp(-g)) * u
+    return g / (1.0 + xp.exp(-g)) * u
 
 
 def _case(t: int, inter: int, dtype: str, **kw: Any) -> ktune.Case:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from pytest_ktune.core.dtypes import dtype_family
 
 if TYPE_CHECKING:
-    from pytest_ktune.core.case import Tolerance
+    from pytest_ktune.core.case import Tensor, Tolerance
 
 Dim = int | tuple[int, ...]
 
@@ -210,6 +210,27 @@ def compare_on_device(backend: Backend, out: Any, ref: Any, tol: Tolerance) -> b
 def has_device_comparison(backend: Backend) -> bool:
     """Whether ``backend`` offers ``compare_on_device`` at all (it may still decline some arrays)."""
     return callable(getattr(backend, "compare_on_device", None))
+
+
+class DeviceInputs(Protocol):
+    """The optional capability of making a case's inputs, and a reference's float64 copies of them,
+    on the device, so that neither is drawn or converted on the host."""
+
+    def draw(self, tensor: Tensor, seed: int) -> Any | None:
+        """A device array for ``tensor``, drawn from ``seed`` (the same seed, the same array); None
+        for an ``init`` this backend cannot draw on the device (a callable), which is then drawn on
+        the host and uploaded."""
+        ...
+
+    def float64(self, a: Any) -> Any:
+        """A float64 device copy of the device array ``a`` (bfloat16 and float16 included)."""
+        ...
+
+
+def device_inputs(backend: Backend) -> DeviceInputs | None:
+    """``backend`` as a ``DeviceInputs``, or None for a backend without that capability."""
+    ok = callable(getattr(backend, "draw", None)) and callable(getattr(backend, "float64", None))
+    return cast("DeviceInputs", backend) if ok else None
 
 
 BackendFactory = Callable[[], Backend]

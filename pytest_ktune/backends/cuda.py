@@ -28,7 +28,7 @@ from pytest_ktune.core.errors import BackendUnavailable, CompileError, LaunchErr
 from pytest_ktune.core.includes import deps_hash, include_closure, read_local
 
 if TYPE_CHECKING:
-    from pytest_ktune.core.case import Tolerance
+    from pytest_ktune.core.case import Tensor, Tolerance
 
 INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
                 "on a machine with an NVIDIA GPU")
@@ -261,13 +261,51 @@ class CudaBackend:
         return isinstance(obj, self.cp.ndarray)
 
     def compare_on_device(self, out: Any, ref: Any, tol: Tolerance) -> bool | None:
-        """Judge ``out`` against ``ref`` with CuPy in float64 on the GPU (``_verify.device_close``),
-        in chunks so the temporaries stay small; None for dtypes it does not judge (bfloat16, of
-        kind "V", among them: those outputs are checked on the host)."""
-
+        """Judge ``out`` against ``ref`` with CuPy in float64 on the GPU (``core.compare.device_close``),
+        in chunks so the temporaries stay small; bfloat16 arrays are widened from their bits first.
+        None for dtypes it does not judge (those outputs are checked on the host)."""
+        out, ref = (self.float64(a) if is_bfloat16(a.dtype) else a for a in (out, ref))
         if np.dtype(out.dtype).kind not in DEVICE_KINDS or np.dtype(ref.dtype).kind not in DEVICE_KINDS:
             return None
         return device_close(self.cp, out, ref, tol)
+
+    def draw(self, tensor: Tensor, seed: int) -> Any | None:
+        """``tensor`` drawn on the GPU from ``seed`` (CuPy's ``RandomState``), with the meaning each
+        ``init`` has on the host: ``normal`` in float32 times ``scale``, ``uniform`` in [-1, 1) and
+        ``positive`` in [0.5, 1.5) times ``scale``, ``int`` in [low, high); then rounded once to the
+        tensor's dtype (bfloat16 to nearest even, from the float32 bits). None for a callable init."""
+        if callable(tensor.init) or tensor.init not in ("normal", "uniform", "positive", "int"):
+            return None
+        cp = self.cp
+        dt = np.dtype(tensor.dtype)
+        wide = np.float64 if dt == np.float64 else np.float32
+        rs = cp.random.RandomState(seed)
+        shape = tensor.shape
+        if tensor.init == "normal":
+            v = rs.standard_normal(shape, dtype=np.float32) * np.float32(tensor.scale)
+        elif tensor.init == "int":
+            v = rs.randint(tensor.low, tensor.high, size=shape)
+        else:
+            low, high = (-1.0, 1.0) if tensor.init == "uniform" else (0.5, 1.5)
+            v = rs.uniform(low, high, size=shape, dtype=wide) * wide(tensor.scale)
+        if is_bfloat16(dt):
+            return self._to_bfloat16(v.astype(np.float32), dt)
+        return cp.ascontiguousarray(v.astype(dt))
+
+    def _to_bfloat16(self, v: Any, dt: np.dtype[Any]) -> Any:
+        """float32 device values rounded to nearest even in bfloat16, from their bits."""
+        cp = self.cp
+        bits = v.view(cp.uint32)
+        rounding = ((bits >> 16) & 1) + 0x7FFF
+        return ((bits + rounding) >> 16).astype(cp.uint16).view(dt)
+
+    def float64(self, a: Any) -> Any:
+        """A float64 copy of the device array ``a``; bfloat16 widened exactly from its 16 bits."""
+        cp = self.cp
+        if is_bfloat16(a.dtype):
+            return (cp.ascontiguousarray(a).view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32).astype(
+                cp.float64)
+        return a.astype(cp.float64)
 
     def synchronize(self) -> None:
         try:

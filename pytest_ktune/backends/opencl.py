@@ -228,7 +228,17 @@ class OpenCLBackend:
 
     def to_device(self, a: np.ndarray) -> Any:
         _refuse_bfloat16(a.dtype, tuple(a.shape))
+        self._check_size(int(a.nbytes), tuple(a.shape))
         return self.cl.array.to_device(self.queue, np.ascontiguousarray(a))
+
+    def _check_size(self, nbytes: int, shape: tuple[int, ...]) -> None:
+        """An array larger than the device's largest allocation is refused plainly, not by the driver."""
+        limit = self.device.max_alloc_bytes
+        if limit and nbytes > limit:
+            raise LimitError(f"an array of shape {shape} ({nbytes:,} bytes) is larger than the largest buffer "
+                             f"{self.device.name} allows ({limit:,} bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE)",
+                             hint="declare smaller cases for this backend, or give the large ones "
+                                  "backends=['cuda']")
 
     def to_host(self, a: Any) -> np.ndarray:
         return np.asarray(a.get(queue=self.queue))
@@ -236,6 +246,7 @@ class OpenCLBackend:
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
         dt = as_dtype(dtype)
         _refuse_bfloat16(dt, tuple(shape))
+        self._check_size(int(np.prod(shape)) * dt.itemsize, tuple(shape))
         if poison:
             return self.to_device(np.full(tuple(shape), poison_value(dt), dtype=dt))
         return self.cl.array.empty(self.queue, tuple(shape), dt)
@@ -295,10 +306,7 @@ class OpenCLBackend:
         return float(max(best))
 
     def release(self) -> None:
-        import gc
-
-        gc.collect()
-
+        """Nothing to give back: PyOpenCL frees a buffer as soon as its last array goes."""
 
 def _kind(cl: Any, dev: Any) -> str:
     if dev.type & cl.device_type.CPU:

@@ -1,7 +1,8 @@
 """The verdict of one performance item: timed, screened against its baseline, and a suspect slowdown
 confirmed by timing old and new side by side in the same run before it fails.
 
-``Gate.time`` measures a case with the parameters in use; ``Gate.judge`` compares that measurement
+``Gate.check`` verifies a case's configurations, ``Gate.time`` measures it with the parameters in
+use, both in the measurement process (``measure.service``); ``Gate.judge`` compares the measurement
 with the record's baseline and returns a ``PerfResult``. A confirmed regression is a result whose
 verdict is ``REGRESSION`` and whose ``failure`` carries the message the item fails with.
 """
@@ -12,17 +13,19 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from pytest_ktune.backends.base import Launch
 from pytest_ktune.core import git
 from pytest_ktune.core.includes import deps_hash, include_closure, include_name, pin_includes, source_hash
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Baseline, Record
+from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import seconds
 from pytest_ktune.gate.decision import Threshold, confirm, screen
-from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab
-from pytest_ktune.measure.evaluate import Job, timing_sets
+from pytest_ktune.measure.bench import Measurement
+from pytest_ktune.measure.service import CaseRef, Measurer
 from pytest_ktune.measure.verify import case_seed
+from pytest_ktune.measure.worker import TargetRef
 
 REGRESSION = "REGRESSION"
 
@@ -87,7 +90,6 @@ class GateSettings:
     root: Path
     threshold: Threshold
     seed: int
-    bench: BenchConfig | None = None
 
 
 class _Unconfirmed(Exception):
@@ -99,43 +101,52 @@ class _Unconfirmed(Exception):
         self.why = why
 
 
+@dataclass(frozen=True)
+class Item:
+    """One case of one target, as the gate's items name it: where its kernels run, and its id."""
+
+    target: Target
+    case_index: int
+    case_id: str
+    key: Mapping[str, Any]
+    target_id: str  # the target as the params file names it
+
+
 class Gate:
-    """Times cases and judges them against their baselines."""
+    """Checks, times and judges cases against their baselines, through the measurement process."""
 
-    def __init__(self, settings: GateSettings) -> None:
+    def __init__(self, settings: GateSettings, measurer: Measurer) -> None:
         self.settings = settings
-
-    def bench_config(self, job: Job) -> BenchConfig:
-        return self.settings.bench or BenchConfig.for_backend(job.backend)
+        self.measurer = measurer
 
     def repro(self, seed: int) -> str:
         return f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs (case seed {seed})"
 
-    def launch_sets(self, job: Job, params: Mapping[str, Value], label: str,
-                    source: str | None = None) -> tuple[list[list[Launch]], bool]:
-        seed = case_seed(self.settings.seed, job.target, job.case_id, f"perf-{label}")
-        return timing_sets(job, params, seed, repro=self.repro(seed), source=source)
+    def case_ref(self, item: Item) -> CaseRef:
+        """The case for the measurement process: the correctness item, the performance item and an A/B
+        of one case draw their inputs from one seed, so that one draw and one reference serve all."""
+        seed = case_seed(self.settings.seed, item.target, item.case_id, "inputs")
+        return CaseRef(TargetRef.of(item.target), item.case_index, item.case_id, seed, self.repro(seed))
 
-    def time(self, job: Job, params: Mapping[str, Value], target_id: str) -> Row:
+    def check(self, item: Item, configs: list[tuple[str, Mapping[str, Value]]]) -> list[str]:
+        """Verify each configuration on the case's inputs; raises MismatchError (or another KtuneError)."""
+        return self.measurer.check(self.case_ref(item), configs)
+
+    def time(self, item: Item, params: Mapping[str, Value]) -> Row:
         """Verify and time the case with ``params``: a summary row without a verdict yet."""
-        backend = job.backend
-        try:
-            sets, flush = self.launch_sets(job, params, "current")
-            m = measure(backend, sets, self.bench_config(job), flush=flush)
-            del sets
-        finally:
-            backend.release()
-        bytes_moved = job.target.bytes_for(job.target.case_args(job.case))
+        m = self.measurer.time(self.case_ref(item), params)
+        bytes_moved = item.target.bytes_for(item.target.case_args(item.target.cases[item.case_index]))
         gbps = bytes_moved / m.median / 1e9 if bytes_moved else None
-        frac = gbps * 1e9 / backend.copy_bandwidth() if gbps else None
-        return Row(target=job.target.name, case=job.case_id, backend=backend.name, device=backend.device.name,
-                   time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=target_id,
+        frac = gbps * 1e9 / self.measurer.copy_bandwidth() if gbps else None
+        device = self.measurer.device()
+        return Row(target=item.target.name, case=item.case_id, backend=device.backend, device=device.name,
+                   time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=item.target_id,
                    params=dict(params), measurement=m)
 
-    def judge(self, job: Job, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
+    def judge(self, item: Item, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
         """The verdict on a timed row: no baseline, ok, faster, drift, or a regression confirmed A/B."""
         base = record.baseline if record else None
-        timing = base.timings.get(job.case_id) if base else None
+        timing = base.timings.get(item.case_id) if base else None
         m = row.measurement
         assert m is not None
         if base is None or timing is None:
@@ -147,19 +158,20 @@ class Gate:
         if not s.suspect:
             faster = s.ratio < 1 - threshold.fraction and m.ci[1] < timing.ci_low_us * 1e-6
             return row.result(verdict="faster" if faster else "ok")
-        return self._confirm(job, params, base, m, row)
+        return self._confirm(item, params, base, m, row)
 
-    def _confirm(self, job: Job, params: Mapping[str, Value], base: Baseline, m: Measurement,
+    def _confirm(self, item: Item, params: Mapping[str, Value], base: Baseline, m: Measurement,
                  row: Row) -> PerfResult:
         threshold = self.settings.threshold
-        target, backend = job.target, job.backend
-        current_hash = target.source_hash(backend.name)
-        current_deps = target.deps_hash(backend.name)
+        target, backend = item.target, row.backend
+        device = row.device
+        current_hash = target.source_hash(backend)
+        current_deps = target.deps_hash(backend)
         same_file = current_hash == base.source_hash
         same_includes = base.deps_hash in (None, current_deps)  # None: the baseline makes no claim
         same_source = same_file and same_includes
         numbers = (f"{seconds(m.median)} against a baseline of "
-                   f"{seconds(base.timings[job.case_id].median_us * 1e-6)} "
+                   f"{seconds(base.timings[item.case_id].median_us * 1e-6)} "
                    f"(x{row.ratio:.3f}, threshold {threshold})")
         if same_source and dict(base.params) == dict(params):
             return row.result(verdict="drift", note=(
@@ -168,19 +180,13 @@ class Gate:
         with tempfile.TemporaryDirectory(prefix="ktune-baseline-") as scratch:
             try:
                 old_source = None if same_source else self._baseline_source(
-                    job, base, Path(scratch), same_file=same_file, same_includes=same_includes)
+                    item, backend, base, Path(scratch), same_file=same_file, same_includes=same_includes)
             except _Unconfirmed as exc:
                 return row.result(verdict=REGRESSION, note=f"unconfirmed: {exc.note}", failure=(
-                    f"{target.name}[{job.case_id}] on {backend.device.name}: {numbers}. {exc.why}, so the "
+                    f"{target.name}[{item.case_id}] on {device}: {numbers}. {exc.why}, so the "
                     "slowdown could not be confirmed A/B. Record baselines from committed sources, or run "
                     "with --ktune-update-baseline if the slowdown is accepted."))
-            try:
-                sets_a, flush = self.launch_sets(job, params, "ab-current")
-                sets_b, _ = self.launch_sets(job, base.params, "ab-baseline", source=old_source)
-                a, b = measure_ab(backend, sets_a, sets_b, self.bench_config(job), flush=flush)
-                del sets_a, sets_b
-            finally:
-                backend.release()
+            a, b = self.measurer.ab(self.case_ref(item), params, base.params, old_source)
         c = confirm(a, b, threshold)
         ab_text = (f"same-run A/B: current {seconds(a.median)} vs the baseline's "
                    f"{'source and ' if not same_source else ''}parameters {seconds(b.median)}: "
@@ -191,28 +197,28 @@ class Gate:
         if not same_file:
             changed.append(f"source {base.source_hash} -> {current_hash}")
         if not same_includes:
-            path = target.source_path(backend.name)
-            names = ", ".join(include_name(path, p) for p in target.includes(backend.name))
+            path = target.source_path(backend)
+            names = ", ".join(include_name(path, p) for p in target.includes(backend))
             changed.append(f"included files{f' ({names})' if names else ''} {base.deps_hash} -> "
                            f"{current_deps or 'none'}")
         if dict(base.params) != dict(params):
             changed.append(f"parameters {dict(base.params)} -> {dict(params)}")
         return replace(row, ratio=c.ratio).result(verdict=REGRESSION, note=ab_text, failure=(
-            f"{target.name}[{job.case_id}] on {backend.device.name} regressed: {numbers}; confirmed by "
+            f"{target.name}[{item.case_id}] on {device} regressed: {numbers}; confirmed by "
             f"{ab_text}. Changed since the baseline (commit {(base.commit or 'none')[:12]}): "
             f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
             "--ktune-update-baseline."))
 
-    def _baseline_source(self, job: Job, base: Baseline, scratch: Path, *, same_file: bool,
+    def _baseline_source(self, item: Item, backend: str, base: Baseline, scratch: Path, *, same_file: bool,
                          same_includes: bool) -> str:
         """The baseline's source, to compile for the A/B: the source file, from git at the baseline's
         commit where it changed (not ``same_file``), and where the files it includes changed too (not
         ``same_includes``), the baseline's copies of them, from git, written under ``scratch`` with the
         includes pointed at them. Raises _Unconfirmed where git cannot give them."""
-        target, backend = job.target, job.backend
+        target = item.target
         root, commit = self.settings.root, base.commit
-        path = target.source_path(backend.name)
-        text = target.source_text(backend.name)
+        path = target.source_path(backend)
+        text = target.source_text(backend)
         if not same_file:
             old = git.file_at(root, commit, path) if commit else None
             if old is None or source_hash(old) != base.source_hash:

@@ -21,6 +21,13 @@ def case_seed(base: int, target: Target, case_id: str, purpose: str = "check") -
     return int.from_bytes(h[:4], "little")
 
 
+def tensor_seed(seed: int, name: str) -> int:
+    """The seed of one tensor argument on a device that draws each tensor apart: derived from the
+    case's seed and the argument's name, so that adding an argument changes no other one's values."""
+    h = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(h[:4], "little")
+
+
 def draw_inputs(case: Case, seed: int) -> dict[str, Any]:
     """Host values for a case: tensors drawn from ``seed``, other arguments as given."""
     rng = np.random.default_rng(seed)
@@ -85,10 +92,12 @@ def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed
     return results
 
 
-def call_reference(target: Target, host_inputs: Mapping[str, Any]) -> Any:
-    """The reference's outputs for these inputs (it gets its own copies, so it may modify them)."""
-    copies = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in host_inputs.items()}
-    return target.reference(**copies)
+def call_reference(target: Target, inputs: Mapping[str, Any], *, copy: bool = True) -> Any:
+    """The reference's outputs for these inputs (with ``copy``, it gets its own copies of host
+    arrays, so it may modify them; without, the caller's arrays are its own already)."""
+    if copy:
+        inputs = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+    return target.reference(**inputs)
 
 
 def upload(backend: Any, host_inputs: Mapping[str, Any]) -> dict[str, Any]:

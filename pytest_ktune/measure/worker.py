@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import math
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -36,7 +35,8 @@ from pytest_ktune.core.errors import (
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.bench import BenchConfig, measure, measure_ab
-from pytest_ktune.measure.evaluate import InputCache, Job, timing_sets
+from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets
+from pytest_ktune.measure.process import ChildProcess, ChildStartError, ignore_interrupts
 from pytest_ktune.measure.runtime import compile_target
 
 
@@ -136,7 +136,7 @@ class _Evaluator:
             self.backend.cache_dir = Path(spec.cache_dir)
         self.cfg = spec.bench or BenchConfig.for_backend(self.backend)
         self.jobs = [Job.of(self.backend, self.target, self.target.cases[i]) for i in spec.cases]
-        self.inputs = InputCache()
+        self.inputs = FixtureCache()
 
     def compile_all(self, configs: Sequence[Mapping[str, Value]]) -> dict[int, tuple[float, str]]:
         """Compile every configuration for every case's defines, in parallel. Returns, per index,
@@ -163,7 +163,7 @@ class _Evaluator:
         resources: dict[str, int] = {}
         try:
             for j, job in enumerate(self.jobs):
-                sets, flush = timing_sets(job, cfg, seed + 7919 * j, cache=self.inputs)
+                sets, flush = timing_sets(job, cfg, seed + 7919 * j, cache=self.inputs, cfg=self.cfg)
                 reason = self._limits(sets[0], resources)
                 if reason:
                     return Outcome(cfg, "infeasible", reason, compile_s=compile_s,
@@ -206,8 +206,11 @@ class _Evaluator:
         cand: list[CaseTime] = []
         try:
             for j, job in enumerate(self.jobs):
-                sets_a, flush = timing_sets(job, current, seed + 31 * j)
-                sets_b, _ = timing_sets(job, candidate, seed + 31 * j + 17)
+                # Both on the same fresh inputs (a fixture of their own, not the candidates'), so that
+                # the winner is verified on inputs no trial saw.
+                fixtures = FixtureCache(keep_one_case=True)
+                sets_a, flush = timing_sets(job, current, seed + 31 * j, cache=fixtures, cfg=self.cfg)
+                sets_b, _ = timing_sets(job, candidate, seed + 31 * j, cache=fixtures, cfg=self.cfg)
                 a, b = measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush)
                 del sets_a, sets_b
                 cur.append(CaseTime(job.case_id, a.median, a.samples, a.ci, a.iqr))
@@ -232,18 +235,14 @@ def _compile_reason(message: str) -> str:
 
 
 # Candidates of a run are verified on this many input sets per case, in turn. Fresh inputs for every
-# candidate would cost more than the candidate itself on a large case (see _evaluate.InputCache);
+# candidate would cost more than the candidate itself on a large case (see measure.fixture.FixtureCache);
 # the winner is verified again on inputs of its own before it is accepted.
 INPUT_SETS = 2
 
 
 def _worker_main(conn: Any, spec: WorkerSpec) -> None:
     """The worker's loop: one request at a time; a launch failure ends the process."""
-    import signal
-
-
-    # A Ctrl-C reaches the whole process group; the parent decides, and stops this worker.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_interrupts()
     try:
         ev = _Evaluator(spec)
     except BaseException as exc:  # report why the worker could not start, then exit
@@ -319,33 +318,12 @@ class WorkerPool:
     def __init__(self, spec: WorkerSpec, *, trial_timeout_s: float, start_timeout_s: float = 120.0) -> None:
         self.spec = spec
         self.trial_timeout_s = trial_timeout_s
-        self.start_timeout_s = start_timeout_s
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Any = None
+        self._child = ChildProcess(_worker_main, (spec,), name="ktune-worker", start_timeout_s=start_timeout_s)
         self._device: DeviceInfo | None = None
-        self.restarts = 0
 
-    def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(child, self.spec), daemon=True,
-                                       name="ktune-worker")
-        self._proc.start()
-        child.close()
-        self._conn = parent
-        msg = self._recv(self.start_timeout_s)
-        if msg is None or msg[0] != "ready":
-            if msg:
-                why = msg[1]
-            elif self._proc.is_alive():
-                why = f"it did not answer within {self.start_timeout_s:g} s"
-            else:
-                why = f"it exited with code {self._proc.exitcode} before it was ready"
-            self.close()
-
-            raise KtuneError(f"the tuning worker could not start: {why}",
-                             hint="run the correctness items first (pytest --ktune) to see what fails")
-        self._device = msg[1]
+    @property
+    def restarts(self) -> int:
+        return max(0, self._child.starts - 1)
 
     @property
     def device(self) -> DeviceInfo:
@@ -353,50 +331,25 @@ class WorkerPool:
             raise KtuneError("the tuning worker has not started", hint="call ensure() first")
         return self._device
 
-    def _recv(self, timeout: float) -> Any:
-        """The worker's next message; None when it timed out (the worker still runs) or ended."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            if self._conn.poll(min(left, 0.2)):
-                try:
-                    return self._conn.recv()
-                except (EOFError, OSError):
-                    break
-            if not self._proc.is_alive() and not self._conn.poll(0):
-                break
-        # The pipe closed: the worker is ending. Wait for its exit status, so that _death() tells a
-        # crash from a hang (the pipe can close before the process is reaped).
-        self._proc.join(5)
-        return None
-
-    def _death(self) -> str:
-        code = self._proc.exitcode if self._proc is not None else None
-        if code is None:
-            return f"no answer within {self.trial_timeout_s:g} s (the kernel hangs, or is far too slow)"
-        if code < 0:
-            return f"the worker process died from signal {-code} (a crash in the kernel or the driver)"
-        return f"the worker process exited with code {code}"
-
     def ensure(self) -> None:
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self.restarts += 1
-            self._start()
+        if not self._child.alive:
+            try:
+                self._device = self._child.start()[1]
+            except ChildStartError as exc:
+                raise KtuneError(f"the tuning worker could not start: {exc.message}",
+                                 hint="run the correctness items first (pytest --ktune) to see what fails") from None
 
     def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]:
         """Outcomes in order; a worker that dies or hangs fails that configuration only."""
         pending = list(configs)
         while pending:
             self.ensure()
-            self._conn.send(("batch", [dict(c) for c in pending], seed))
+            self._child.send(("batch", [dict(c) for c in pending], seed))
             while pending:
-                msg = self._recv(self.trial_timeout_s)
+                msg = self._child.recv(self.trial_timeout_s)
                 if msg is None:
-                    why = self._death()
-                    self.kill()
+                    why = self._child.death(self.trial_timeout_s)
+                    self._child.kill()
                     yield Outcome(pending.pop(0), "failed", why)
                     break
                 out: Outcome = msg[1]
@@ -406,32 +359,21 @@ class WorkerPool:
 
     def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
         self.ensure()
-        self._conn.send(("ab", dict(current), dict(candidate), seed))
-        msg = self._recv(max(self.trial_timeout_s * 2 * max(1, len(self.spec.cases)), 60.0))
+        self._child.send(("ab", dict(current), dict(candidate), seed))
+        timeout = max(self.trial_timeout_s * 2 * max(1, len(self.spec.cases)), 60.0)
+        msg = self._child.recv(timeout)
         if msg is None:
-            why = self._death()
-            self.kill()
+            why = self._child.death(timeout)
+            self._child.kill()
             return ABOutcome("failed", why)
         result: ABOutcome = msg[1]
         return result
 
     def kill(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
-        self._proc = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._child.kill()
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.is_alive() and self._conn is not None:
-            try:
-                self._conn.send(("stop",))
-                self._proc.join(5)
-            except (OSError, BrokenPipeError):
-                pass
-        self.kill()
+        self._child.close()
 
     def __enter__(self) -> WorkerPool:
         return self

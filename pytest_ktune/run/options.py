@@ -39,6 +39,8 @@ class RunOptions:
     model: str | None = None
     agent_iterations: int = 12
     command: str = ""
+    item_timeout: float = 600.0
+    skip_unavailable: bool = False
 
 
 class OptionError(KtuneError):
@@ -48,6 +50,9 @@ class OptionError(KtuneError):
 def build(opts: RunOptions, hook: HookRelay) -> Settings:
     """The run's settings; an OptionError names the option that is wrong and what to give instead."""
 
+    if opts.item_timeout <= 0:
+        raise OptionError(f"--ktune-item-timeout {opts.item_timeout:g} leaves no time to run a kernel",
+                          hint="give a positive number of seconds, e.g. 600")
     try:
         threshold = Threshold.parse(opts.threshold)
     except KtuneError as exc:
@@ -76,4 +81,5 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
         root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root),
         backend=opts.backend, threshold=threshold, update_baseline=opts.update_baseline, seed=seed,
         tune=tune, autotune=opts.autotune and not opts.tune, write_mode=opts.write, command=opts.command,
-        agent=agent, extensions=extensions)
+        agent=agent, extensions=extensions, item_timeout_s=opts.item_timeout,
+        skip_unavailable=opts.skip_unavailable)

@@ -1,8 +1,9 @@
 """One pytest run of checks, timings and tunes over targets: what the plugin's items call.
 
-The session owns the backend, the params file as it was at the start, the results of the items so
-far and the baselines queued for writing. The gate's verdicts come from ``gate.verdict``; tuning
-goes through the one orchestration of ``run.tuning``.
+The session owns the measurement process (``measure.service``: every kernel of a correctness or
+performance item runs there, so a crash fails one item), the params file as it was at the start,
+the results of the items so far, and the baselines queued for writing. The gate's verdicts come
+from ``gate.verdict``; tuning goes through the one orchestration of ``run.tuning``.
 """
 
 from __future__ import annotations
@@ -13,18 +14,15 @@ from dataclasses import replace
 from typing import Any
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend
-from pytest_ktune.core.case import Case
+from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, new_baseline, target_id
 from pytest_ktune.core.target import Target
-from pytest_ktune.gate.verdict import REGRESSION, Gate, GateSettings, PerfResult, Regression
+from pytest_ktune.gate.verdict import REGRESSION, Gate, GateSettings, Item, PerfResult, Regression
 from pytest_ktune.measure.bench import Measurement
-from pytest_ktune.measure.evaluate import Job, verify_once
-from pytest_ktune.measure.runtime import CACHE
-from pytest_ktune.measure.verify import case_seed
+from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning, autotune_choice
@@ -40,15 +38,19 @@ class Session:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed,
-                                      bench=settings.bench))
+        self.service = MeasureService(
+            ServiceSpec(backend=settings.backend, factory=backends.factory_ref(settings.extensions.backend),
+                        cache_root=str(settings.scratch / "cache"), bench=settings.bench),
+            item_timeout_s=settings.item_timeout_s)
+        self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed),
+                         self.service)
         self.results: list[PerfResult] = []
         self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
         self.updates: dict[tuple[str, str, str], Record] = {}
         self._tuned: set[tuple[str, str, str]] = set()
-        self._backend: Backend | None = None
+        self._device: DeviceInfo | None = None
         self._backend_error: BackendUnavailable | None = None
-        self.tuning: Tuning | None = None  # made with the backend, by the first tune item
+        self.tuning: Tuning | None = None  # made with the device, by the first tune item
         try:
             self.store: Store | None = Store.load(settings.params_path)
             self.store_error: StoreError | None = None
@@ -56,143 +58,143 @@ class Session:
             self.store = None
             self.store_error = exc
 
-    # -- backend ---------------------------------------------------------
+    # -- the device ------------------------------------------------------
+    def start(self) -> DeviceInfo:
+        """Start the measurement process: the device it found; BackendUnavailable, saying why and what
+        to install, when it cannot start."""
+        if self._device is None and self._backend_error is None:
+            try:
+                self._device = self.service.device()
+            except BackendUnavailable as exc:
+                self._backend_error = exc
+        if self._backend_error is not None:
+            raise self._backend_error
+        assert self._device is not None
+        return self._device
+
+    def device(self) -> DeviceInfo:
+        """The device, or Skip with how to get it (where skipping was allowed at the start)."""
+        try:
+            return self.start()
+        except BackendUnavailable as err:
+            raise Skip(f"{err.message}; next step: {err.hint}" if err.hint else err.message) from None
+
     @property
     def backend_name(self) -> str:
         """The backend's name (the language of the sources it compiles: ``cuda``, ``opencl``); where it
         cannot start, the name it was asked for (``auto`` resolved)."""
         try:
-            return self.backend().name
+            return self.device().backend
         except Skip:
             return backends.resolve(self.settings.backend)
 
     @property
     def device_name(self) -> str:
-        """The device's name once the backend has started; '' before, or where it could not."""
-        return self._backend.device.name if self._backend is not None else ""
-
-    def backend(self) -> Backend:
-        """The backend, or Skip with how to get it."""
-        if self._backend is None and self._backend_error is None:
-            try:
-                b = backends.create(backends.resolve(self.settings.backend), self.settings.extensions.backend)
-                b.cache_dir = self.settings.scratch / "cache" / b.name
-                self._backend = b
-            except BackendUnavailable as exc:
-                self._backend_error = exc
-        if self._backend_error is not None:
-            err = self._backend_error
-            raise Skip(f"{err.message}; next step: {err.hint}" if err.hint else err.message)
-        assert self._backend is not None
-        return self._backend
+        """The device's name once the measurement process has started; '' before, or where it could not."""
+        return self._device.name if self._device is not None else ""
 
     # -- lookups ---------------------------------------------------------
     def target_id(self, target: Target) -> str:
         return target_id(target, self.settings.root)
 
-    def record(self, target: Target, backend: Backend, key: Mapping[str, Any]) -> Record | None:
+    def record(self, target: Target, device: DeviceInfo, key: Mapping[str, Any]) -> Record | None:
         if self.store is None:
             return None
-        return self.store.find(self.target_id(target), backend.device.id, key)
+        return self.store.find(self.target_id(target), device.id, key)
 
-    def params(self, target: Target, backend: Backend, key: Mapping[str, Any]) -> dict[str, Value]:
-        rec = self.record(target, backend, key)
+    def params(self, target: Target, device: DeviceInfo, key: Mapping[str, Any]) -> dict[str, Value]:
+        rec = self.record(target, device, key)
         return dict(rec.params) if rec else dict(target.default)
 
-    def _prepare(self, target: Target, case: Case) -> Job:
-        backend = self.backend()
-        if not case.runs_on(backend.name):
-            raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {backend.name}")
-        if backend.name not in target.sources:
-            raise Skip(f"{target.name} has no {backend.name} source; add one to sources= to run it here")
-        return Job.of(backend, target, case)
+    def _prepare(self, target: Target, case_index: int) -> tuple[Item, DeviceInfo]:
+        device = self.device()
+        case = target.cases[case_index]
+        if not case.runs_on(device.backend):
+            raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {device.backend}")
+        if device.backend not in target.sources:
+            raise Skip(f"{target.name} has no {device.backend} source; add one to sources= to run it here")
+        item = Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
+                    target_id=self.target_id(target))
+        return item, device
 
     # -- correctness -----------------------------------------------------
-    def check(self, target: Target, case: Case) -> list[str]:
-        """Verify the configurations in use (recorded, and the default) on fresh inputs.
+    def check(self, target: Target, case_index: int) -> list[str]:
+        """Verify the configurations in use (recorded, and the default) on the case's inputs.
 
-        Returns notes for the report; raises MismatchError, CompileError,
-        LaunchError or SpaceError on failure.
+        Returns notes for the report; raises MismatchError, CompileError, LaunchError, SpaceError,
+        or ItemCrash (the kernel crashed or hung the measurement process) on failure.
         """
-        job = self._prepare(target, case)
-        params = self.params(target, job.backend, job.key)
+        item, device = self._prepare(target, case_index)
+        params = self.params(target, device, item.key)
         default = dict(target.default)
-        configs = [("default", default)]
+        configs: list[tuple[str, Mapping[str, Value]]] = [("default", default)]
         if params != default:
             configs.insert(0, ("recorded", params))
-        notes = []
-        try:
-            for label, cfg in configs:
-                target.check_config(cfg, job.key, f"{label} configuration")
-                seed = case_seed(self.settings.seed, target, job.case_id, f"check-{label}")
-                verify_once(job, cfg, seed, repro=self.gate.repro(seed))
-                notes.append(f"{label} {cfg}: ok")
-        finally:
-            job.backend.release()
+        notes = self.gate.check(item, configs)
         if self.store_error is not None:
             notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
         return notes
 
     # -- performance -----------------------------------------------------
-    def perf(self, target: Target, case: Case) -> PerfResult:
+    def perf(self, target: Target, case_index: int) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
-        job = self._prepare(target, case)
+        item, device = self._prepare(target, case_index)
         if self.store_error is not None:
             raise self.store_error
-        params = self.params(target, job.backend, job.key)
-        target.check_config(params, job.key, "recorded configuration")
-        row = self.gate.time(job, params, self.target_id(target))
-        rec = self.record(target, job.backend, job.key)
+        params = self.params(target, device, item.key)
+        target.check_config(params, item.key, "recorded configuration")
+        row = self.gate.time(item, params)
+        rec = self.record(target, device, item.key)
         if self.settings.update_baseline:
             assert row.measurement is not None
-            self._queue_baseline(job, params, row.measurement, row.gbps)
-            timing = rec.baseline.timings.get(job.case_id) if rec and rec.baseline else None
+            self._queue_baseline(item, device, params, row.measurement, row.gbps)
+            timing = rec.baseline.timings.get(item.case_id) if rec and rec.baseline else None
             note = "baseline recorded" if timing is None else f"baseline updated (was {timing.median_us:.2f} µs)"
             result = row.result(baseline_us=timing.median_us if timing else None,
                                 ratio=row.time_us / timing.median_us if timing and row.time_us else None,
                                 verdict="recorded", note=note)
         else:
-            result = self.gate.judge(job, params, rec, row)
+            result = self.gate.judge(item, params, rec, row)
         self.results.append(result)
         if result.failure:
             raise Regression(result.failure)
         return result
 
-    def _queue_baseline(self, job: Job, params: Mapping[str, Value], m: Measurement,
+    def _queue_baseline(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
-        target, backend = job.target, job.backend
+        target = item.target
         timing = Timing(median_us=round(m.median * 1e6, 4), iqr_us=round(m.iqr * 1e6, 4),
                         ci_low_us=round(m.ci[0] * 1e6, 4), ci_high_us=round(m.ci[1] * 1e6, 4),
                         samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
-        rec = Record(target=self.target_id(target), device=backend.device.id, key=dict(job.key),
-                     params=dict(params))
+        rec = Record(target=item.target_id, device=device.id, key=dict(item.key), params=dict(params))
         prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
-        baseline = new_baseline(self.settings.root, target, backend.name, params, {job.case_id: timing})
+        baseline = new_baseline(self.settings.root, target, device.backend, params, {item.case_id: timing})
         # Timings kept from the previous baseline come under this one's claim about the included files,
         # so that claim must be theirs too.
         if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
                 and prev.baseline.source_hash == baseline.source_hash \
                 and prev.baseline.deps_hash == baseline.deps_hash:
-            baseline = replace(baseline, timings={**prev.baseline.timings, job.case_id: timing})
+            baseline = replace(baseline, timings={**prev.baseline.timings, item.case_id: timing})
         self.updates[rec.ident] = replace(rec, baseline=baseline, tuned=prev.tuned if prev else None)
 
     # -- tuning ----------------------------------------------------------
     def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
         """Tune one key of a target (under --ktune-autotune, only what the autotune rule picks)."""
         assert self.settings.tune is not None
-        backend = self.backend()
+        device = self.device()
         if self.tuning is None:
-            self.tuning = Tuning(root=self.settings.root, params_path=self.settings.params_path, backend=backend.name,
-                                 settings=self.settings.tune, extensions=self.settings.extensions,
-                                 agent=self.settings.agent, progress=_progress_stream(),
-                                 command=self.settings.command, write_mode=self.settings.write_mode)
-        if backend.name not in target.sources:
-            raise Skip(f"{target.name} has no {backend.name} source")
+            self.tuning = Tuning(root=self.settings.root, params_path=self.settings.params_path,
+                                 backend=device.backend, settings=self.settings.tune,
+                                 extensions=self.settings.extensions, agent=self.settings.agent,
+                                 progress=_progress_stream(), command=self.settings.command,
+                                 write_mode=self.settings.write_mode)
+        if device.backend not in target.sources:
+            raise Skip(f"{target.name} has no {device.backend} source")
         if self.settings.autotune:
             case_ids = {target.case_id(target.cases[i]) for i in indices}
             regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
                             for r in self.results)
-            choice = autotune_choice(self.record(target, backend, key), target, backend.name, regressed=regressed)
+            choice = autotune_choice(self.record(target, device, key), target, device.backend, regressed=regressed)
             if not choice.tune:
                 raise Skip(f"{choice.why} and no regression in this run")
         out = self.tuning.tune(target, key, indices)
@@ -215,10 +217,13 @@ class Session:
         """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""
         tuned = None
         if self.tuning is not None:
-            backend = self._backend
-            tuned = self.tuning.finish(backend.copy_bandwidth if backend is not None else None)
+            tuned = self.tuning.finish(self.service.copy_bandwidth if self._device is not None else None)
         lines = [line for line in (self._finish_baselines(), tuned) if line]
         return "\nktune: ".join(lines) or None
+
+    def close(self) -> None:
+        """Stop the measurement process."""
+        self.service.close()
 
     def _finish_baselines(self) -> str | None:
         if not self.updates:
@@ -232,7 +237,6 @@ class Session:
             return f"baselines NOT written: {exc.render()}"
         n = len(self.updates)
         self.updates = {}
-        CACHE.clear()
         return f"wrote {n} baseline record(s) to {self.settings.params_path}"
 
 

@@ -33,6 +33,8 @@ class Settings:
     command: str = "pytest --ktune --ktune-tune"
     agent: AgentSettings | None = None  # the agent stage (its model None: the rule-based templater)
     extensions: Extensions = field(default_factory=Extensions)
+    item_timeout_s: float = 600.0  # how long one item's kernels may run before they count as hung
+    skip_unavailable: bool = False  # a backend that cannot run skips its items instead of failing the run
 
     @property
     def scratch(self) -> Path:

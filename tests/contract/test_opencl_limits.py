@@ -65,3 +65,17 @@ def test_flush_writes_what_a_sample_touches_within_the_limit(backend: object) ->
     assert held == flush_bytes(backend.device, touched)
     assert held < 2 * BIG_CACHE
     np.testing.assert_array_equal(backend.to_host(out), np.full(n, 2.0, np.float32))
+
+
+def test_an_array_past_the_allocation_limit_is_refused_plainly(backend: object) -> None:
+    from pytest_ktune import LaunchError
+    from pytest_ktune.backends.opencl import OpenCLBackend
+
+    assert isinstance(backend, OpenCLBackend)
+    with pytest.raises(LaunchError) as info:
+        backend.to_device(np.zeros(SMALL_ALLOC // 4 + 1, np.float32))
+    assert "is larger than the largest buffer" in info.value.message
+    assert "CL_DEVICE_MAX_MEM_ALLOC_SIZE" in info.value.message
+    with pytest.raises(LaunchError):
+        backend.empty((SMALL_ALLOC // 2 + 1,), np.float16)
+    backend.empty((1024,), np.float32)  # what fits is made as before

@@ -20,7 +20,7 @@ import pytest
 from pytest_ktune import Case, MismatchError, ReferenceShapeError, Space, Target, Tensor, Tolerance, target
 from pytest_ktune.backends.base import DeviceInfo, Resources
 from pytest_ktune.core.compare import compare_one, device_close
-from pytest_ktune.measure.evaluate import DEVICE_COMPARE_MIN_BYTES, InputCache, Job, verify_once
+from pytest_ktune.measure.evaluate import FixtureCache, Job, verify_once
 
 LOOSE = Tolerance(norm=1.0, atol=1e-3, rtol=1e-2)
 EXACT = Tolerance(norm=0.0, atol=0.0, rtol=0.0)
@@ -270,8 +270,8 @@ def _double_reference(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) * 2
 
 
-# Float32 elements that make the outputs exactly the threshold.
-N_LARGE = DEVICE_COMPARE_MIN_BYTES // 4
+# Float32 elements of a large output (8 MB): a host comparison of it would cost milliseconds.
+N_LARGE = (8 << 20) // 4
 
 
 def _job(backend: HostBackend, tmp_path: Path, n: int = N_LARGE, fn: Any = double_kernel,
@@ -286,7 +286,7 @@ def _job(backend: HostBackend, tmp_path: Path, n: int = N_LARGE, fn: Any = doubl
     return Job.of(backend, t, t.cases[0])
 
 
-def _failure(job: Job, mode: int, seed: int = 5, cache: InputCache | None = None) -> str:
+def _failure(job: Job, mode: int, seed: int = 5, cache: FixtureCache | None = None) -> str:
     with pytest.raises(MismatchError) as info:
         verify_once(job, {"MODE": mode}, seed, cache=cache)
     return str(info.value)
@@ -300,10 +300,10 @@ def test_a_large_passing_output_never_comes_to_the_host(tmp_path: Path) -> None:
     assert backend.compares == 1 and backend.downloads == 0
 
 
-def test_small_outputs_are_checked_on_the_host(tmp_path: Path) -> None:
+def test_small_outputs_are_checked_on_the_device_too(tmp_path: Path) -> None:
     backend = CompareBackend()
-    verify_once(_job(backend, tmp_path, n=N_LARGE - 1), {"MODE": 0}, 1)
-    assert backend.compares == 0 and backend.downloads == 1
+    verify_once(_job(backend, tmp_path, n=17), {"MODE": 0}, 1)
+    assert backend.compares == 1 and backend.downloads == 0
 
 
 def test_a_backend_without_device_comparison_checks_on_the_host(tmp_path: Path) -> None:
@@ -318,7 +318,7 @@ def test_a_failure_is_reported_as_the_host_path_reports_it(tmp_path: Path, mode:
     backend = CompareBackend()
     job = _job(backend, tmp_path)
     assert _failure(job, mode) == on_host
-    assert _failure(job, mode, cache=InputCache()) == on_host
+    assert _failure(job, mode, cache=FixtureCache()) == on_host
     assert backend.compares == 2 and backend.downloads == 2
     assert "out of tolerance" in on_host and "seed 5" in on_host
     if mode == 2:
@@ -334,36 +334,50 @@ def test_a_device_comparison_that_raises_falls_back_to_the_host(tmp_path: Path) 
     assert _failure(job, 1) == on_host
 
 
-def test_the_reference_is_uploaded_once_per_case_and_seed(tmp_path: Path) -> None:
+def test_inputs_and_reference_are_uploaded_once_per_case_and_seed(tmp_path: Path) -> None:
     backend = CompareBackend()
     job = _job(backend, tmp_path)
-    cache = InputCache()
+    cache = FixtureCache()
     for _ in range(4):
         for seed in (1, 2):
             verify_once(job, {"MODE": 0}, seed, cache=cache)
-    # Every run uploads its input; the reference goes up once for each seed.
-    assert len(backend.uploads) == 8 + 2 and cache.uploads == 2
+    # Each seed's input goes up once (every run gets a device copy of it), and so does its reference.
+    assert len(backend.uploads) == 2 + 2 and cache.uploads == 2 and cache.made == 2
     assert backend.compares == 8 and backend.downloads == 0
     assert cache.device_bytes == 2 * N_LARGE * 8  # float64 references
-    # Without a cache, each check uploads the reference again.
+    # Without a cache, each check draws and uploads its input and reference again.
     verify_once(job, {"MODE": 0}, 1)
-    assert len(backend.uploads) == 12
+    assert len(backend.uploads) == 6
 
 
-def test_device_copies_go_past_their_bound_and_with_their_entry(tmp_path: Path) -> None:
+def test_fixtures_go_past_their_bound_the_oldest_first(tmp_path: Path) -> None:
     backend = CompareBackend()
     job = _job(backend, tmp_path)
-    one = N_LARGE * 8
-    cache = InputCache(max_device_bytes=one)
-    for seed in (1, 2, 1):
-        verify_once(job, {"MODE": 0}, seed, cache=cache)
-    assert cache.uploads == 3 and cache.device_bytes == one  # seed 1's copy went when 2's came
+    cache = FixtureCache()
     verify_once(job, {"MODE": 0}, 1, cache=cache)
-    assert cache.uploads == 3
-    small = InputCache(max_bytes=1)  # keeps only the newest entry, and so only its device copy
-    for seed in (1, 2, 3):
-        verify_once(job, {"MODE": 0}, seed, cache=small)
-    assert small.uploads == 3 and small.device_bytes == one
+    one = cache.get(job, 1).nbytes  # input, reference and its device copy
+    bounded = FixtureCache(max_bytes=one)
+    for seed in (1, 2, 1):
+        verify_once(job, {"MODE": 0}, seed, cache=bounded)
+    assert bounded.made == 3  # seed 1's fixture went when 2's came, so it was made again
+    verify_once(job, {"MODE": 0}, 1, cache=bounded)
+    assert bounded.made == 3 and bounded.hits == 1
+    assert bounded.device_bytes == N_LARGE * 8  # the newest fixture's reference copy, no other
+
+
+def test_one_case_at_a_time_holds_nothing_of_the_last(tmp_path: Path) -> None:
+    backend = CompareBackend()
+    first, second = _job(backend, tmp_path), _job(backend, tmp_path, fn=pair_kernel,
+                                                   reference=lambda x: (x * 2.0, x[:1] * 0))
+    cache = FixtureCache(keep_one_case=True)
+    verify_once(first, {"MODE": 0}, 1, cache=cache)
+    verify_once(first, {"MODE": 0}, 2, cache=cache)
+    assert cache.made == 2
+    with pytest.raises(MismatchError):  # the fake kernel leaves its second output unwritten
+        verify_once(second, {"MODE": 0}, 1, cache=cache)
+    assert cache.device_bytes == (N_LARGE + 1) * 4  # the second case's reference copy, nothing of the first
+    cache.get(first, 1)
+    assert cache.made == 4  # the first case's fixtures went when the second case came
 
 
 def test_shape_errors_are_the_host_paths_and_need_no_transfer(tmp_path: Path) -> None:

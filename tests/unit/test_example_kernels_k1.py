@@ -170,8 +170,8 @@ def _wrong_quants(x: np.ndarray, g: int, out_dtype: str) -> dict[str, tuple[list
     scale = np.maximum(np.abs(x64).max(-1, keepdims=True), 1e-10) / qmax
 
     def codes(v: np.ndarray) -> np.ndarray:
-        out = (np.clip(np.rint(v), -128, 127).astype(np.int8) if out_dtype == "int8"
-               else float8_e4m3fn_codes(v))
+        out: np.ndarray = (np.clip(np.rint(v), -128, 127).astype(np.int8) if out_dtype == "int8"
+                           else float8_e4m3fn_codes(v))
         return out.reshape(tokens, hidden)
 
     shifted = np.roll(scale, 1, axis=1)  # each group with its neighbour's scale
