@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import grimp
+import pytest
+
+grimp = pytest.importorskip("grimp", reason="grimp (a dev dependency, with import-linter) reads the import graph")
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pytest_ktune"
 MAX_LINES = 500

@@ -70,7 +70,8 @@ def test_an_array_api_reference_runs_on_the_device_and_nothing_comes_back(cuda: 
         return out
 
     t = target(sources={"cuda": str(src)}, space=Space(B=[1]), default={"B": 1}, key=lambda x: {"N": x.shape[0]},
-               cases=[Case(x=Tensor((1 << 20,), "float32"), a=2.0)], reference=_scaled, name="scale")(launch)
+               cases=[Case(x=Tensor((1 << 20,), "float32"), a=2.0)], reference=_scaled, name="scale",
+               kernel="scale")(launch)
     job = Job.of(cuda, t, t.cases[0])
     fixture = make_fixture(job, 11)
     assert fixture.on_device and fixture.host is None
