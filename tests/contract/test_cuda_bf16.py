@@ -44,10 +44,14 @@ def test_a_poisoned_bf16_output_is_nan_and_a_plain_one_has_the_dtype(backend: Ba
     assert np.dtype(backend.empty((2,), BF16).dtype) == BF16
 
 
-def test_bf16_outputs_are_compared_on_the_host(backend: Backend) -> None:
-    a = backend.to_device(np.ones((4, 4), BF16))
+def test_bf16_outputs_are_judged_on_the_device_from_their_bits(backend: Backend) -> None:
+    host = np.linspace(-3, 3, 64, dtype=np.float32).astype(BF16).reshape(4, 16)
+    a = backend.to_device(host)
     method = getattr(backend, "compare_on_device", None)
-    assert method is not None and method(a, a, tolerance_for(BF16, None)) is None
+    assert method is not None and method(a, a, tolerance_for(BF16, None)) is True
+    off = host.astype(np.float32)
+    off[2, 5] += 1.0  # one element a whole unit away: past bfloat16's tolerance
+    assert method(backend.to_device(off.astype(BF16)), a, tolerance_for(BF16, None)) is False
 
 
 def _rmsnorm() -> Target:
