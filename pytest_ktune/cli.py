@@ -5,37 +5,45 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
+from pytest_ktune.core.names import AUTO, BACKENDS
 
 if TYPE_CHECKING:
     from pytest_ktune.run.options import RunOptions
 
 
+_SHARED = ("params", "backend", "trials", "tune_timeout", "sampler", "storage", "seed", "trial_timeout")
+
+
+def _add(p: argparse.ArgumentParser, *names: str) -> None:
+    """The options of pytest's ``--ktune-NAME`` as ``--NAME``, with the same meaning and help (run.config);
+    each None when not given, so that the environment and the project's files can fill it in."""
+    from pytest_ktune.run.config import BY_NAME, default_text
+
+    for name in names:
+        o = BY_NAME[name]
+        where = f"{o.flag} under pytest" + (f"; env: {o.env_name}" if o.env else "") + f"; file: {o.name}"
+        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
+        aliases = ("--timeout",) if name == "tune_timeout" else ()  # its name before it matched pytest's
+        if o.kind is bool:
+            p.add_argument(o.cli_flag, *aliases, dest=name, action="store_true", default=None,
+                           help=text.replace("%", "%%"))
+        else:
+            convert: Callable[[str], Any] = o.kind
+            p.add_argument(o.cli_flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert,
+                           help=text.replace("%", "%%"))
+
+
 def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, default=Path.cwd(),
-                   help="the project root: where .ktune/ lives and the params file is looked for (default: .)")
-    p.add_argument("--params", default=None, metavar="PATH",
-                   help="the params file (default: $KTUNE_PARAMS, else the nearest ktune-params.json at or above "
-                        "--root, else one in --root)")
-    p.add_argument("--backend", default=AUTO, metavar="NAME",
-                   help=f"{' or '.join(BACKENDS)}, a plugin's backend, or {AUTO}: cuda when a GPU is visible, "
-                        "else opencl")
-    p.add_argument("--trials", type=int, default=40, help="timed trials per key (default 40)")
-    p.add_argument("--timeout", type=float, default=None, help="wall-time budget per key, in seconds")
-    p.add_argument("--sampler", default=DEFAULT_SAMPLER, metavar="NAME",
-                   help=f"the search after the warm starts: {', '.join(SAMPLERS)} or a plugin's (default: bo, a "
-                        "Gaussian process over the feasible configurations; grid times every one)")
-    p.add_argument("--storage", default=None,
-                   help="an Optuna storage URL (e.g. postgresql://...) shared by several workers; "
-                        "default: a journal file under .ktune/")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampler and of the inputs")
-    p.add_argument("--trial-timeout", type=float, default=60.0,
-                   help="seconds one candidate may take, compile included, before its worker is killed")
+                   help="the project root: where .ktune/ lives, and where the params file, pytest's ini file "
+                        "and pyproject.toml's [tool.ktune] are looked for (default: .)")
+    _add(p, *_SHARED)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,20 +51,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
-    tune.add_argument("--autotune", action="store_true",
-                      help="only keys with no tuned entry yet for this device, or whose entry was tuned on "
-                           "another version of the kernel's source")
-    tune.add_argument("--write", default=DEFAULT_WRITE, metavar="MODE",
-                      help=f"{', '.join(WRITE_MODES)} or a plugin's mode. none: report only (the default); "
-                           "file: update the params file in place; patch: a "
-                           "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
-                           "push and open or update a pull request (GITHUB_TOKEN)")
+    _add(tune, "autotune", "write")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
-    tune.add_argument("--agent", action="store_true",
-                      help="before searching each target, run the LLM agent loop (OPENAI_BASE_URL, OPENAI_API_KEY); "
-                           "a verified, faster template is written with --write file. No model: rule-based templater")
-    tune.add_argument("--model", default=None, help="the agent's model (default: $KTUNE_MODEL)")
-    tune.add_argument("--agent-iterations", type=int, default=12, help="model turns per target (default 12)")
+    _add(tune, "agent", "model", "agent_iterations", "junit")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
@@ -109,17 +106,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
-    """The command's arguments as the options of one run, the same as pytest's (``run.options``)."""
-    from pytest_ktune.run.options import RunOptions
+    """The command's arguments, merged with the environment and the project's files (``run.config``), as
+    the options of one run: the same as pytest's (``run.options``)."""
+    from pytest_ktune.run.config import OPTIONS, project_files, resolve
+    from pytest_ktune.run.options import run_options
 
-    mode = "none" if getattr(args, "no_write", False) else getattr(args, "write", "none")
-    return RunOptions(root=args.root.resolve(), params=getattr(args, "params", None), backend=args.backend,
-                      seed=args.seed, tune=tune and not getattr(args, "autotune", False),
-                      autotune=getattr(args, "autotune", False), trials=args.trials, tune_timeout=args.timeout,
-                      sampler=args.sampler, storage=args.storage, write=mode, trial_timeout=args.trial_timeout,
-                      agent=getattr(args, "agent", False), model=getattr(args, "model", None),
-                      agent_iterations=getattr(args, "agent_iterations", 12),
-                      command="ktune " + " ".join(sys.argv[1:]))
+    root = args.root.resolve()
+    given = {o.name: getattr(args, o.name, None) for o in OPTIONS}
+    if getattr(args, "no_write", False):
+        given["write"] = "none"
+    given["tune"] = tune and not getattr(args, "autotune", False)
+    resolved = resolve(given, project_files(root))
+    opts = run_options(resolved, root=root, command="ktune " + " ".join(sys.argv[1:]))
+    return replace(opts, tune=tune and not opts.autotune)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -172,7 +171,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if settings.tune.write:
                 change = "params file updated" if out.written else "params file unchanged"
             else:
-                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {args.write})"
+                change = ("not written (--no-write)" if args.no_write
+                          else f"not written yet (--write {settings.write_mode})")
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
                   f"{out.decision}; {change}; report: {out.report}")
@@ -232,12 +232,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.options import build
     from pytest_ktune.tuner.join import join_studies
 
-    settings = build(_options(args, tune=True), cli_manager().hook).tune
+    run = build(_options(args, tune=True), cli_manager().hook)
+    settings = run.tune
     assert settings is not None
-    if not args.storage:
+    if not settings.storage:
         raise KtuneError("a worker joins a shared study, so it needs --storage",
-                         hint="pass the same --storage URL as the `ktune tune` it helps")
-    done = join_studies(args.root.resolve(), settings, args.study, backend=args.backend)
+                         hint="pass the same --storage URL (or KTUNE_STORAGE) as the `ktune tune` it helps")
+    done = join_studies(run.root, settings, args.study, backend=run.backend)
     print(f"worker {os.getpid()}: {done} timed trials")
     return 0
 

@@ -132,6 +132,10 @@ class Gate:
                    time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=target_id,
                    params=dict(params), measurement=m)
 
+    def threshold_for(self, job: Job) -> Threshold:
+        """The target's own threshold where it declares one, else the run's."""
+        return job.target.threshold or self.settings.threshold
+
     def judge(self, job: Job, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
         """The verdict on a timed row: no baseline, ok, faster, drift, or a regression confirmed A/B."""
         base = record.baseline if record else None
@@ -141,7 +145,7 @@ class Gate:
         if base is None or timing is None:
             return row.result(verdict="no baseline",
                               note="no baseline recorded: run with --ktune-update-baseline to record one")
-        threshold = self.settings.threshold
+        threshold = self.threshold_for(job)
         s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, threshold)
         row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
         if not s.suspect:
@@ -151,7 +155,7 @@ class Gate:
 
     def _confirm(self, job: Job, params: Mapping[str, Value], base: Baseline, m: Measurement,
                  row: Row) -> PerfResult:
-        threshold = self.settings.threshold
+        threshold = self.threshold_for(job)
         target, backend = job.target, job.backend
         current_hash = target.source_hash(backend.name)
         current_deps = target.deps_hash(backend.name)
