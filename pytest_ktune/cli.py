@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,6 +15,8 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, BACKENDS
 
 if TYPE_CHECKING:
+    from pytest_ktune.core.target import Target
+    from pytest_ktune.report.results import ItemOutcome
     from pytest_ktune.run.options import RunOptions
 
 
@@ -47,7 +50,10 @@ def _tune_options(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from pytest_ktune.core.version import __version__
+
     ap = argparse.ArgumentParser(prog="ktune", description="Tune @ktune.target kernels outside pytest.")
+    ap.add_argument("--version", action="version", version=f"pytest-ktune {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
@@ -146,6 +152,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     command=settings.command, write_mode=settings.write_mode)
     store = Store.load(settings.params_path)
     failures = 0
+    errors: dict[str, int] = {}
+    outcomes: list[ItemOutcome] = []
     device_id: str | None = None
     for target in targets:
         if backend not in target.sources:
@@ -162,12 +170,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     continue
                 if "source" in why:
                     print(f"{target.name} {key_string(key)}: {why}, tuning again")
+            started = time.monotonic()
             try:
                 out = tuning.tune(target, key, tuple(cases))
             except KtuneError as exc:
                 failures += 1
-                print(f"error: {exc.render()}", file=sys.stderr)
+                text = exc.render()
+                errors[text] = errors.get(text, 0) + 1
+                if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
+                    print(f"error: {text}", file=sys.stderr)
+                outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started,
+                                               message=text))
                 continue
+            outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
             if settings.tune.write:
                 change = "params file updated" if out.written else "params file unchanged"
             else:
@@ -176,6 +191,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
                   f"{out.decision}; {change}; report: {out.report}")
+    for text, n in errors.items():
+        if n > 1:
+            print(f"error: the same error as above for {n - 1} more key(s): {text.splitlines()[0]}", file=sys.stderr)
     for result in tuning.agents.values():
         print(result.message)
         if result.transcript is not None:
@@ -184,7 +202,36 @@ def cmd_tune(args: argparse.Namespace) -> int:
     line = tuning.finish()
     if line:
         print(f"ktune: {line}")
+    junit = _options_value(args, "junit")
+    if junit:
+        from pytest_ktune.report import junit as junit_report
+        from pytest_ktune.report.results import RunResults
+
+        device = tuning.outcomes[0].device if tuning.outcomes else ""
+        junit_report.write(Path(junit), RunResults(root=root, backend=backend, device=device,
+                                                   outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+        print(f"ktune: wrote the JUnit report to {junit}")
     return 1 if failures else 0
+
+
+def _options_value(args: argparse.Namespace, name: str) -> Any:
+    """One option's value as ``run.config`` resolves it for this command."""
+    from pytest_ktune.run.config import OPTIONS, project_files, resolve
+
+    return resolve({o.name: getattr(args, o.name, None) for o in OPTIONS}, project_files(args.root.resolve()))[name]
+
+
+def _tune_outcome(target: Target, key: dict[str, Any], root: Path, outcome: str, duration_s: float, *,
+                  message: str = "") -> ItemOutcome:
+    """A tuned key as the JUnit report's testcase ``tune[KEY]``, as pytest's tune item would be."""
+    from pytest_ktune.core.keys import key_label
+    from pytest_ktune.core.store import target_id
+    from pytest_ktune.report.results import ItemOutcome
+
+    tid = target_id(target, root)
+    label = key_label(key)
+    return ItemOutcome(nodeid=f"{tid}::tune[{label}]", check="tune", target=tid, name=target.name, label=label,
+                       outcome=outcome, duration_s=duration_s, message=message, key=dict(key))
 
 
 def cmd_record(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from plugin._kit import Project, add_target
+from plugin._kit import Project, add_target, case
 
 from ._tk import OTHER_RECORD_FILE, Cli, repeat_target, summaries
 
@@ -56,3 +56,38 @@ def test_an_unknown_target_is_refused_with_the_known_ones(project: Project, cli:
                                         "next step: known targets: add, scale"]
     assert project.params_path.read_bytes() == before
     assert not (project.path / ".ktune").exists()
+
+
+def test_version_prints_the_package_version() -> None:
+    import subprocess
+    import sys
+
+    from pytest_ktune.core.version import __version__
+
+    done = subprocess.run([sys.executable, "-m", "pytest_ktune.cli", "--version"], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"pytest-ktune {__version__}"
+
+
+def test_the_same_error_for_every_key_is_printed_once(project: Project, cli: Cli) -> None:
+    import importlib.util
+    import subprocess
+
+    import pytest
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("needs a machine without CuPy, where the CUDA backend cannot start")
+    project.write(repeat_target(cases=f"{case(4096, case_id='a')}, {case(8192, case_id='b')}, "
+                                      f"{case(16384, case_id='c')}"))
+    kernels = project.path / "kernels.py"
+    kernels.write_text(kernels.read_text().replace("""sources={"opencl": 'scale.cl'}""",
+                                                   """sources={"opencl": 'scale.cl', "cuda": 'scale.cu'}"""))
+    (project.path / "scale.cu").write_text('extern "C" __global__ void scale() {}\n')
+    argv = [*cli.argv("tune", "--trials", "1", "--junit", "out/tune.xml")[:-2], "--backend", "cuda"]
+    done = subprocess.run(argv, cwd=project.path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    assert done.stderr.count("needs CuPy") == 2, done.stderr  # the error, then one line for the other two keys
+    assert "the same error as above for 2 more key(s)" in done.stderr
+    # The JUnit report says the same, one testcase per key.
+    xml = (project.path / "out" / "tune.xml").read_text()
+    assert xml.count("<testcase ") == 3 and xml.count("<error ") == 3

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ktune.cli import _parser
 from pytest_ktune.cli import _options as cli_options
+from pytest_ktune.cli import _parser
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.run.config import ConfigFiles, OptionError, project_files, resolve
@@ -83,5 +83,5 @@ def test_project_files_find_the_nearest_config(tmp_path: Path) -> None:
     assert files.ini == {"ktune_trials": "5"} and files.ini_path == tmp_path / "tox.ini"
     assert files.table == {} and files.table_path is None
     (tmp_path / "a" / "pyproject.toml").write_text("[tool.ktune\n")
-    with pytest.raises(KtuneError, match="cannot read .*pyproject.toml"):
+    with pytest.raises(KtuneError, match=r"cannot read .*pyproject\.toml"):
         project_files(tmp_path / "a")
