@@ -7,8 +7,9 @@ Nothing here imports numpy, CuPy or PyOpenCL unless ``--ktune`` is given.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import pytest
 
@@ -83,12 +84,53 @@ def pytest_configure(config: pytest.Config) -> None:
                            cwd=Path(config.invocation_params.dir))
         options = run_options(resolved, root=Path(config.rootpath),
                               command=" ".join(["pytest", *config.invocation_params.args]))
-        session = Session(build(options, config.hook))
+        # Progress needs write, flush and isatty of a text stream, which _ReporterStream has.
+        progress = cast("TextIO", _ReporterStream(config))
+        session = Session(replace(build(options, config.hook), progress=progress))
     except KtuneError as exc:
         raise pytest.UsageError(exc.render()) from None
     config.stash[CONFIG_KEY] = resolved
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(OutcomeRecorder(session), "ktune-outcomes")
+
+
+class _ReporterStream:
+    """A tune's live progress line written through pytest's terminal reporter with capture suspended
+    for each write (as pytest's live logging does), so it shows without ``-s``; Progress draws
+    nothing where the terminal reporter does not write to a terminal (a CI log, a pipe), or where
+    there is none (``-p no:terminal``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config  # the reporter is registered after this plugin's pytest_configure: ask later
+        self._mid_line = False  # our last write left the cursor after a progress line
+
+    @property
+    def reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
+
+    def isatty(self) -> bool:
+        return self.reporter is not None and bool(self.reporter.isatty)
+
+    def write(self, text: str) -> int:
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if self.reporter is None:
+            return len(text)
+        if capture is None:
+            return self._write(text)
+        with capture.global_and_fixture_disabled():
+            return self._write(text)
+
+    def _write(self, text: str) -> int:
+        reporter = self.reporter
+        if not self._mid_line:
+            reporter.ensure_newline()  # off the line pytest was writing (the item's name, its dots)
+        reporter.write(text, flush=True)
+        self._mid_line = not text.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.reporter is not None:
+            self.reporter.flush()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -116,6 +158,19 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
         lines.append(f"ktune: agent: model {s.agent.model.model}" if s.agent.model else f"ktune: {AGENT_OFF}")
     return lines
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A ktune item's skip points at its target's declaration, not at this plugin's source."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or not isinstance(report.longrepr, tuple) or item.get_closest_marker("ktune") is None:
+        return
+    target = getattr(item, "target", None) or getattr(getattr(item, "parent", None), "target", None)
+    file, line = getattr(target, "file", None), getattr(target, "line", 0)
+    if file is not None:
+        report.longrepr = (str(file), line or None, report.longrepr[2])
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

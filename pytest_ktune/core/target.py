@@ -58,6 +58,7 @@ class Target:
     vectors: tuple[str, ...] | None = None  # the parameters that are vector widths; None: by name
     work_fn: Callable[..., int] | None = None
     threshold: Threshold | None = None  # the target's own regression threshold; None: the run's
+    line: int = 0  # the line of ``file`` that declares the target (0: not known)
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @property
@@ -225,6 +226,10 @@ def declare(
 
     def wrap(fn: Callable[..., Any]) -> T:
         file = Path(inspect.getfile(fn)).resolve()
+        caller = inspect.currentframe()
+        caller = caller.f_back if caller is not None else None  # where @ktune.target(...) is applied
+        line = caller.f_lineno if caller is not None and Path(caller.f_code.co_filename).resolve() == file \
+            else fn.__code__.co_firstlineno
         tname = name or fn.__name__
         where = f"target {tname} ({file})"
         if not isinstance(space, Space):
@@ -281,7 +286,7 @@ def declare(
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
-            vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold,
+            vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
             _signature=call_sig,
         )
         for c in t.cases:

@@ -7,7 +7,6 @@ goes through the one orchestration of ``run.tuning``.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -52,7 +51,7 @@ class Session:
         if settings.tune is not None:
             self.tuning = Tuning(root=settings.root, params_path=settings.params_path,
                                  backend=self.backend_name, settings=settings.tune, extensions=settings.extensions,
-                                 agent=settings.agent, progress=_progress_stream(), command=settings.command,
+                                 agent=settings.agent, progress=settings.progress, command=settings.command,
                                  write_mode=settings.write_mode)
         try:
             self.store: Store | None = Store.load(settings.params_path)
@@ -231,8 +230,3 @@ class Session:
         CACHE.clear()
         return f"wrote {n} baseline record(s) to {self.settings.params_path}"
 
-
-def _progress_stream() -> Any:
-    """Where a tune's progress line goes under pytest: the real stderr when it is a terminal."""
-    stream = sys.__stderr__
-    return stream if stream is not None and stream.isatty() else None

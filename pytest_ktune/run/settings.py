@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from pytest_ktune.core.names import AUTO, DEFAULT_WRITE
 from pytest_ktune.gate.decision import Threshold
@@ -33,6 +33,7 @@ class Settings:
     command: str = "pytest --ktune --ktune-tune"
     agent: AgentSettings | None = None  # the agent stage (its model None: the rule-based templater)
     extensions: Extensions = field(default_factory=Extensions)
+    progress: TextIO | None = None  # where a tune's live progress line goes (None: nowhere)
 
     @property
     def scratch(self) -> Path:
