@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes running seeds side by side (default: one per CPU)")
+    dash = sub.add_parser("dashboard", help="optuna-dashboard on the project's studies (pip install "
+                                             "'pytest-ktune[dashboard]')")
+    dash.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    _add(dash, "storage")
+    dash.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8080, help="the port to listen on (default: 8080)")
     from pytest_ktune.agent import add_templatize_parser
 
     add_templatize_parser(sub)
@@ -290,6 +296,27 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard on the project's storage: the journal under .ktune/, or the shared one."""
+    from pytest_ktune.tuner.storage import open_storage
+
+    root = args.root.resolve()
+    url = _options_value(args, "storage")
+    journal = root / ".ktune" / "studies.journal"
+    if url is None and not journal.is_file():
+        raise KtuneError(f"no studies under {root / '.ktune'} yet",
+                         hint="tune first (ktune tune, or pytest --ktune --ktune-tune), or give --storage URL")
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise KtuneError("ktune dashboard needs optuna-dashboard",
+                         hint="pip install 'pytest-ktune[dashboard]'") from None
+    storage, name = open_storage(url, root / ".ktune")
+    print(f"ktune: optuna-dashboard on {name} at http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    optuna_dashboard.run_server(storage, host=args.host, port=args.port)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -299,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_record(args)
         if args.command == "bench-search":
             return cmd_bench_search(args)
+        if args.command == "dashboard":
+            return cmd_dashboard(args)
         if args.command == "templatize":
             from pytest_ktune.agent import run_templatize
 

@@ -91,3 +91,43 @@ def test_the_same_error_for_every_key_is_printed_once(project: Project, cli: Cli
     # The JUnit report says the same, one testcase per key.
     xml = (project.path / "out" / "tune.xml").read_text()
     assert xml.count("<testcase ") == 3 and xml.count("<error ") == 3
+
+
+def test_dashboard_serves_the_projects_studies(project: Project, cli: Cli) -> None:
+    import json
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    project.write(repeat_target())
+    assert cli.run("tune", "--trials", "2", "--seed", "3").returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [*cli.argv("dashboard", "--port", str(port))[:-2]]  # no --backend for this command
+    proc = subprocess.Popen(argv, cwd=project.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        studies = None
+        end = time.monotonic() + 60
+        while studies is None and time.monotonic() < end and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as r:
+                    studies = json.loads(r.read())["study_summaries"]
+            except OSError:
+                time.sleep(0.3)
+        assert studies is not None, proc.communicate(timeout=5) if proc.poll() is not None else "no answer"
+        (study,) = studies
+        assert study["study_name"].startswith("kernels.py::scale|")
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_dashboard_without_studies_says_what_to_do(project: Project, cli: Cli) -> None:
+    import subprocess
+
+    project.write(repeat_target())
+    done = subprocess.run(cli.argv("dashboard")[:-2], cwd=project.path, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2 and "no studies under" in done.stderr and "tune first" in done.stderr
