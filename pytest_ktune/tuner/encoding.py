@@ -5,9 +5,12 @@ distribution, so optuna-dashboard and ``optuna.visualization`` plot in the kerne
 default sampler ``bo`` and the device priors work on configurations, never on Optuna's internals,
 so this costs them nothing.
 
-CMA-ES needs numbers in order (it samples a categorical parameter at random, independently of the
-others), so its studies store a numeric parameter as its position among the sorted values
-(``POSITIONS``), as every study of pytest-ktune 0.1 did. A study says which it uses in its user
+Samplers that search by the order of a parameter's values keep it: CMA-ES (it samples a
+categorical parameter at random, independently of the others), TPE (on the 25 committed landscapes,
+5 seeds, its median trials to within 3 % of the optimum summed to 229 on positions against 261 on
+categories; 75 against 82 after the warm starts and priors) and Optuna's GP store a numeric
+parameter as its position among the sorted values (``POSITIONS``), as every study of pytest-ktune
+0.1 did. A study says which it uses in its user
 attribute ``ktune_encoding``; one written before that attribute existed is read by the
 distributions of its trials, so an existing journal goes on loading as it was written.
 """
@@ -25,8 +28,8 @@ POSITIONS = "positions"  # numeric parameters as their positions among the sorte
 ATTR = "ktune_encoding"  # the study's user attribute that records which
 METRIC = "time per call, µs (sum over the key's cases)"  # the study's metric name, as dashboards show it
 
-# Samplers that need a numeric parameter's order to search: given positions, not categories.
-ORDERED_SAMPLERS = ("cmaes",)
+# Samplers that use a numeric parameter's order to search: given positions, not categories.
+ORDERED_SAMPLERS = ("cmaes", "tpe", "gp")
 
 
 def _numeric(values: Sequence[Value]) -> bool:
