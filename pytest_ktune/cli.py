@@ -105,6 +105,14 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes running seeds side by side (default: one per CPU)")
+    report = sub.add_parser("report", help="one self-contained HTML page of the project: each kernel's time across "
+                                           "commits, and its tuning studies' plots")
+    report.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    _add(report, "params")
+    report.add_argument("--history", nargs="*", type=Path, default=[], metavar="PATH",
+                        help="benchmark JSON files (--ktune-benchmark-json), or folders of them, to chart beside the "
+                             "params file's git history")
+    report.add_argument("--out", type=Path, default=None, help="the page (default: .ktune/report.html)")
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the project's studies (pip install "
                                              "'pytest-ktune[dashboard]')")
     dash.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
@@ -296,6 +304,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the project's HTML page (``report.page``)."""
+    from pytest_ktune.core.paths import params_path
+    from pytest_ktune.report import history, page
+
+    root = args.root.resolve()
+    opts = _options(args, tune=False)
+    path = params_path(root, explicit=opts.params, root=root, configured=opts.params_configured)
+    points = history.params_history(path) + history.benchmark_history(args.history)
+    studies = history.study_plots(root / ".ktune" / "reports")
+    out = (args.out or root / ".ktune" / "report.html").resolve()
+    page.write(out, root.name, points, studies)
+    targets = len({p.target for p in points} | {s.target for s in studies})
+    print(f"ktune: wrote the report to {out} ({targets} targets, {len(points)} timings, {len(studies)} studies)")
+    return 0
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """optuna-dashboard on the project's storage: the journal under .ktune/, or the shared one."""
     from pytest_ktune.tuner.storage import open_storage
@@ -326,6 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_record(args)
         if args.command == "bench-search":
             return cmd_bench_search(args)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "dashboard":
             return cmd_dashboard(args)
         if args.command == "templatize":

@@ -205,13 +205,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _write_reports(config: pytest.Config, s: Any) -> list[str]:
     """Write the reports asked for on the command line; a line for the terminal about each."""
     from pytest_ktune.core.errors import KtuneError
-    from pytest_ktune.report import benchjson, junit
+    from pytest_ktune.report import benchjson, junit, markdown
 
     lines = []
     run = s.results_for_reports()
     resolved = config.stash[CONFIG_KEY]
     for what, option, write in (("JUnit report", "junit", junit.write),
-                                ("benchmark JSON", "benchmark_json", benchjson.write)):
+                                ("benchmark JSON", "benchmark_json", benchjson.write),
+                                ("markdown summary", "markdown", markdown.write)):
         value = resolved[option]
         if not value:
             continue

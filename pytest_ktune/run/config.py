@@ -141,6 +141,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent_iterations", int, 12, "model turns per target before the agent stops", metavar="N"),
     Option("junit", str, None, "write a JUnit XML report of the ktune items (correct, perf, tune) with their "
            "times, baselines, ratios and parameters", env=True, metavar="PATH", path=True),
+    Option("markdown", str, None, "append the summary as markdown to PATH (in GitHub Actions: "
+           "$GITHUB_STEP_SUMMARY, the job's page)", env=True, metavar="PATH", path=True, cli=False),
     Option("benchmark_json", str, None, "write the timings in pytest-benchmark's --benchmark-json format, for "
            "tools that chart it", env=True, metavar="PATH", path=True, cli=False),
 )

@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 import xmlschema
 
 from ._kit import Project, add_target, case, scale_target
@@ -84,3 +85,18 @@ def test_a_report_that_cannot_be_written_is_said(project: Project) -> None:
     result = project.run("--ktune-junit=blocked/ktune.xml")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["ktune: JUnit report NOT written to *blocked/ktune.xml: *"])
+
+
+def test_the_markdown_summary_is_appended_for_the_jobs_page(project: Project,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    project.write(WRONG_REFERENCE + scale_target("wrong", reference="added_wrongly") + add_target())
+    page = project.path / "summary.md"
+    page.write_text("earlier step\n")
+    monkeypatch.setenv("KTUNE_MARKDOWN", str(page))  # as a workflow sets it to $GITHUB_STEP_SUMMARY
+    result = project.run()
+    result.assert_outcomes(passed=2, failed=2)
+    text = page.read_text()
+    assert text.startswith("earlier step\n### pytest-ktune: opencl on ")
+    assert "**2 check(s) failed** (4 checks)" in text
+    assert "| add | n4096 |" in text and "| no baseline |" in text
+    assert "| kernels.py::wrong::correct\\[small\\] | " in text
