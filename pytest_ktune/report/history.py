@@ -62,7 +62,7 @@ def params_history(params_path: Path) -> list[Point]:
         return []
     log = git.output(folder, "log", "--format=%H%x09%cI", "--", params_path.name)
     points: list[Point] = []
-    for line in (log or "").splitlines():
+    for line in reversed((log or "").splitlines()):  # oldest first: commits of one second keep their order
         commit, _, date = line.partition("\t")
         text = git.file_at(Path(top.strip()), commit, params_path)
         if text is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,7 +53,9 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         store.save([Record(target=TARGET, device=DEVICE, key={"N": 4096}, params={"BLOCK": 64},
                            baseline=_baseline({"small": small, "big": 4 * small}))])
         _git(root, "add", "ktune-params.json")
-        _git(root, "commit", "-q", "-m", f"baseline {i}", "--date", f"2026-11-2{i}T12:00:00Z")
+        # Commits of one second, as a script makes them: their order must come from git, not the clock.
+        monkeypatch.setenv("GIT_COMMITTER_DATE", "2026-11-20T12:00:00Z")
+        _git(root, "commit", "-q", "-m", f"baseline {i}")
     measured = Measurement((5.4e-6, 5.5e-6, 5.6e-6), repeats=4, flushed=True, rotation=2)
     run = PerfResult(target="scale", case="small", backend="opencl", device="Test GPU", time_us=5.5,
                      baseline_us=6.0, ratio=5.5 / 6.0, gbps=18.2, copy_fraction=0.42, verdict="ok",
@@ -86,6 +89,15 @@ def test_the_page_holds_every_case_across_commits_and_the_studies(project: Path,
     assert text.count('<polyline class="series"') == 3
     assert text.count('<svg class="history"') == 1 and text.count('<svg class="importance"') == 1
     assert "42%" in text  # the run's % of copy bandwidth
+    # Oldest commit first: the small case's baselines read 10, 8, 6 µs from left to right.
+    oldest_first = _git(project, "rev-list", "--reverse", "HEAD").split()
+    small = text.split('data-case="small"', 1)[1].split("</figure>", 1)[0]
+    labels = re.findall(r'transform="rotate\(-35[^"]*">([0-9a-f]{8})</text>', small)
+    assert labels == [c[:8] for c in oldest_first]
+    line = re.search(r'data-source="params file" points="([^"]+)"', small)
+    assert line is not None
+    ys = [float(xy.split(",")[1]) for xy in line.group(1).split()]
+    assert ys == sorted(ys)  # screen y grows downwards: the times fall
     assert "% of peak" not in text  # no result carries a measured peak: no column, and no made-up one
     # Self-contained: nothing is fetched, no stylesheet or script from elsewhere.
     assert "<link" not in text and "src=" not in text and "url(" not in text
