@@ -23,26 +23,33 @@ from pytest_ktune.lab.replay import ReplayPool
 from pytest_ktune.measure.worker import WorkerSpec
 from pytest_ktune.tuner.encoding import ATTR, METRIC, POSITIONS, Encoding
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
-from pytest_ktune.tuner.storage import study_name
+from pytest_ktune.tuner.storage import open_storage, study_name
 from pytest_ktune.tuner.tune import tune_key
 
-from ._data import RMSNORM, ROOT, landscape, target
+from ._data import RMSNORM, landscape, target
 
 
 def _tune(tmp_path: Path, t: Target, land: Landscape, *, trials: int, sampler: str = "bo") -> Any:
+    """A replayed tune whose study lives where a real one does: the journal under ``tmp_path/.ktune``."""
     def pool(spec: WorkerSpec, *, trial_timeout_s: float) -> ReplayPool:
         return ReplayPool(spec, trial_timeout_s=trial_timeout_s, landscape=land, seed=1)
 
-    settings = TuneSettings(trials=trials, sampler=sampler, storage=f"sqlite:///{tmp_path / 'studies.db'}", seed=1,
-                            write=False)
-    ctx = TuneContext(root=ROOT, params_path=tmp_path / "ktune-params.json", backend=land.backend,
+    settings = TuneSettings(trials=trials, sampler=sampler, seed=1, write=False)
+    ctx = TuneContext(root=tmp_path, params_path=tmp_path / "ktune-params.json", backend=land.backend,
                       settings=settings, pool_factory=functools.partial(pool), reports=False)
     return tune_key(ctx, t, land.key, cases_by_key(t, land.backend)[key_string(land.key)][1])
 
 
+def _storage(tmp_path: Path) -> Any:
+    return open_storage(None, tmp_path / ".ktune")[0]
+
+
+def _name(tmp_path: Path, t: Target, land: Landscape) -> str:
+    return study_name(target_id(t, tmp_path), land.device_id, land.key)
+
+
 def _study(tmp_path: Path, t: Target, land: Landscape) -> Any:
-    return optuna.load_study(study_name=study_name(target_id(t, ROOT), land.device_id, land.key),
-                             storage=f"sqlite:///{tmp_path / 'studies.db'}")
+    return optuna.load_study(study_name=_name(tmp_path, t, land), storage=_storage(tmp_path))
 
 
 def test_a_study_holds_the_real_values_and_names_its_metric(tmp_path: Path) -> None:
@@ -55,7 +62,7 @@ def test_a_study_holds_the_real_values_and_names_its_metric(tmp_path: Path) -> N
     for trial in done:
         assert trial.params["BLOCK"] in t.space.params["BLOCK"] and trial.params["VEC"] in t.space.params["VEC"]
     # optuna-dashboard shows the block sizes themselves, and names the objective.
-    shown = dashboard_api(study, f"sqlite:///{tmp_path / 'studies.db'}")
+    shown = dashboard_api(study, _storage(tmp_path))
     assert shown["objective_names"] == [METRIC]
     blocks = {p["param_external_value"] for tr in shown["trials"] for p in tr["params"] if p["name"] == "BLOCK"}
     assert blocks and blocks <= {str(b) for b in t.space.params["BLOCK"]}
@@ -63,7 +70,7 @@ def test_a_study_holds_the_real_values_and_names_its_metric(tmp_path: Path) -> N
     assert sorted(int(c["value"]) for c in space["distribution"]["choices"]) == sorted(t.space.params["BLOCK"])
 
 
-def dashboard_api(study: Any, storage: str) -> dict[str, Any]:
+def dashboard_api(study: Any, storage: Any) -> dict[str, Any]:
     """What optuna-dashboard's page loads for the study: its JSON API, called through its WSGI app."""
     from wsgiref.util import setup_testing_defaults
 
@@ -72,7 +79,7 @@ def dashboard_api(study: Any, storage: str) -> dict[str, Any]:
     app = optuna_dashboard.wsgi(storage)
     environ: dict[str, Any] = {}
     setup_testing_defaults(environ)
-    study_id = optuna.storages.RDBStorage(storage).get_study_id_from_name(study.study_name)
+    study_id = storage.get_study_id_from_name(study.study_name)
     environ.update(PATH_INFO=f"/api/studies/{study_id}", REQUEST_METHOD="GET")
     status: list[str] = []
     body = b"".join(app(environ, lambda s, headers, exc=None: status.append(s)))
@@ -84,8 +91,7 @@ def dashboard_api(study: Any, storage: str) -> dict[str, Any]:
 def test_a_study_of_the_earlier_encoding_still_loads_and_goes_on(tmp_path: Path) -> None:
     t, land = target("rmsnorm"), landscape(RMSNORM)
     # As pytest-ktune 0.1 left it: numeric parameters as positions, no encoding attribute.
-    old = optuna.create_study(study_name=study_name(target_id(t, ROOT), land.device_id, land.key),
-                              storage=f"sqlite:///{tmp_path / 'studies.db'}")
+    old = optuna.create_study(study_name=_name(tmp_path, t, land), storage=_storage(tmp_path))
     positions = Encoding(t, POSITIONS)
     trial = old.ask(positions.distributions)
     old.tell(trial, 1e6)  # slower than anything: the tune must go on past it
