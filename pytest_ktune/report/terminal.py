@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -54,11 +55,18 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
                      outcome])
     lines = _table(header, rows, {3, 4, 5})
     lines.append("")
-    lines.extend(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}" for t in tunes)
+    for t in tunes:
+        lines.extend(_wrap(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}"))
     return lines
 
 
 WIDTH = 120  # the summary fits a terminal this wide: a cell that would not is cut short with "…"
+
+
+def _wrap(text: str) -> list[str]:
+    """A note as lines of at most ``WIDTH`` columns (a word longer than that, a path, stays whole)."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False) or [""]
 
 
 def _fit(cell: str, width: int) -> str:
@@ -101,10 +109,11 @@ def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> lis
         notes = [r for r in run.results if r.note and r.verdict != "no baseline"]
         if notes or missing:
             lines.append("")
-        lines.extend(f"{r.target}[{r.case}]: {r.note}" for r in notes)
+        for r in notes:
+            lines.extend(_wrap(f"{r.target}[{r.case}]: {r.note}"))
         if missing:
-            lines.append(f"{len(missing)} case(s) have no baseline for this device: run with "
-                         "--ktune-update-baseline to record them in the params file")
+            lines.extend(_wrap(f"{len(missing)} case(s) have no baseline for this device: run with "
+                               "--ktune-update-baseline to record them in the params file"))
         out.append(("ktune summary", lines))
     if run.tunes:
         out.append(("ktune tuning", tune_table(run.tunes)))
