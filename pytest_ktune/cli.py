@@ -5,58 +5,61 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
+from pytest_ktune.core.names import AUTO, BACKENDS
 
 if TYPE_CHECKING:
+    from pytest_ktune.core.target import Target
+    from pytest_ktune.report.results import ItemOutcome
     from pytest_ktune.run.options import RunOptions
+
+
+_SHARED = ("params", "backend", "trials", "tune_timeout", "sampler", "storage", "seed", "trial_timeout")
+
+
+def _add(p: argparse.ArgumentParser, *names: str) -> None:
+    """The options of pytest's ``--ktune-NAME`` as ``--NAME``, with the same meaning and help (run.config);
+    each None when not given, so that the environment and the project's files can fill it in."""
+    from pytest_ktune.run.config import BY_NAME, default_text
+
+    for name in names:
+        o = BY_NAME[name]
+        where = f"{o.flag} under pytest" + (f"; env: {o.env_name}" if o.env else "") + f"; file: {o.name}"
+        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
+        aliases = ("--timeout",) if name == "tune_timeout" else ()  # its name before it matched pytest's
+        if o.kind is bool:
+            p.add_argument(o.cli_flag, *aliases, dest=name, action="store_true", default=None,
+                           help=text.replace("%", "%%"))
+        else:
+            convert: Callable[[str], Any] = o.kind
+            p.add_argument(o.cli_flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert,
+                           help=text.replace("%", "%%"))
 
 
 def _tune_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, default=Path.cwd(),
-                   help="the project root: where .ktune/ lives and the params file is looked for (default: .)")
-    p.add_argument("--params", default=None, metavar="PATH",
-                   help="the params file (default: $KTUNE_PARAMS, else the nearest ktune-params.json at or above "
-                        "--root, else one in --root)")
-    p.add_argument("--backend", default=AUTO, metavar="NAME",
-                   help=f"{' or '.join(BACKENDS)}, a plugin's backend, or {AUTO}: cuda when a GPU is visible, "
-                        "else opencl")
-    p.add_argument("--trials", type=int, default=40, help="timed trials per key (default 40)")
-    p.add_argument("--timeout", type=float, default=None, help="wall-time budget per key, in seconds")
-    p.add_argument("--sampler", default=DEFAULT_SAMPLER, metavar="NAME",
-                   help=f"the search after the warm starts: {', '.join(SAMPLERS)} or a plugin's (default: bo, a "
-                        "Gaussian process over the feasible configurations; grid times every one)")
-    p.add_argument("--storage", default=None,
-                   help="an Optuna storage URL (e.g. postgresql://...) shared by several workers; "
-                        "default: a journal file under .ktune/")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampler and of the inputs")
-    p.add_argument("--trial-timeout", type=float, default=60.0,
-                   help="seconds one candidate may take, compile included, before its worker is killed")
+                   help="the project root: where .ktune/ lives, and where the params file, pytest's ini file "
+                        "and pyproject.toml's [tool.ktune] are looked for (default: .)")
+    _add(p, *_SHARED)
 
 
 def _parser() -> argparse.ArgumentParser:
+    from pytest_ktune.core.version import __version__
+
     ap = argparse.ArgumentParser(prog="ktune", description="Tune @ktune.target kernels outside pytest.")
+    ap.add_argument("--version", action="version", version=f"pytest-ktune {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
-    tune.add_argument("--autotune", action="store_true",
-                      help="only keys with no tuned entry yet for this device, or whose entry was tuned on "
-                           "another version of the kernel's source")
-    tune.add_argument("--write", default=DEFAULT_WRITE, metavar="MODE",
-                      help=f"{', '.join(WRITE_MODES)} or a plugin's mode. none: report only (the default); "
-                           "file: update the params file in place; patch: a "
-                           "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
-                           "push and open or update a pull request (GITHUB_TOKEN)")
+    _add(tune, "autotune", "write")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
-    tune.add_argument("--agent", action="store_true",
-                      help="before searching each target, run the LLM agent loop (OPENAI_BASE_URL, OPENAI_API_KEY); "
-                           "a verified, faster template is written with --write file. No model: rule-based templater")
-    tune.add_argument("--model", default=None, help="the agent's model (default: $KTUNE_MODEL)")
-    tune.add_argument("--agent-iterations", type=int, default=12, help="model turns per target (default 12)")
+    _add(tune, "agent", "model", "agent_iterations", "junit")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
@@ -102,6 +105,20 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="processes running seeds side by side (default: one per CPU)")
+    report = sub.add_parser("report", help="one self-contained HTML page of the project: each kernel's time across "
+                                           "commits, and its tuning studies' plots")
+    report.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    _add(report, "params")
+    report.add_argument("--history", nargs="*", type=Path, default=[], metavar="PATH",
+                        help="benchmark JSON files (--ktune-benchmark-json), or folders of them, to chart beside the "
+                             "params file's git history")
+    report.add_argument("--out", type=Path, default=None, help="the page (default: .ktune/report.html)")
+    dash = sub.add_parser("dashboard", help="optuna-dashboard on the project's studies (pip install "
+                                             "'pytest-ktune[dashboard]')")
+    dash.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    _add(dash, "storage")
+    dash.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8080, help="the port to listen on (default: 8080)")
     from pytest_ktune.agent import add_templatize_parser
 
     add_templatize_parser(sub)
@@ -109,17 +126,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
-    """The command's arguments as the options of one run, the same as pytest's (``run.options``)."""
-    from pytest_ktune.run.options import RunOptions
+    """The command's arguments, merged with the environment and the project's files (``run.config``), as
+    the options of one run: the same as pytest's (``run.options``)."""
+    from pytest_ktune.run.config import OPTIONS, project_files, resolve
+    from pytest_ktune.run.options import run_options
 
-    mode = "none" if getattr(args, "no_write", False) else getattr(args, "write", "none")
-    return RunOptions(root=args.root.resolve(), params=getattr(args, "params", None), backend=args.backend,
-                      seed=args.seed, tune=tune and not getattr(args, "autotune", False),
-                      autotune=getattr(args, "autotune", False), trials=args.trials, tune_timeout=args.timeout,
-                      sampler=args.sampler, storage=args.storage, write=mode, trial_timeout=args.trial_timeout,
-                      agent=getattr(args, "agent", False), model=getattr(args, "model", None),
-                      agent_iterations=getattr(args, "agent_iterations", 12),
-                      command="ktune " + " ".join(sys.argv[1:]))
+    root = args.root.resolve()
+    given = {o.name: getattr(args, o.name, None) for o in OPTIONS}
+    if getattr(args, "no_write", False):
+        given["write"] = "none"
+    given["tune"] = tune and not getattr(args, "autotune", False)
+    resolved = resolve(given, project_files(root))
+    opts = run_options(resolved, root=root, command="ktune " + " ".join(sys.argv[1:]))
+    return replace(opts, tune=tune and not opts.autotune)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -147,6 +166,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     command=settings.command, write_mode=settings.write_mode)
     store = Store.load(settings.params_path)
     failures = 0
+    errors: dict[str, int] = {}
+    outcomes: list[ItemOutcome] = []
     device_id: str | None = None
     for target in targets:
         if backend not in target.sources:
@@ -163,19 +184,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     continue
                 if choice.rule == "stale":
                     print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
+            started = time.monotonic()
             try:
                 out = tuning.tune(target, key, tuple(cases))
             except KtuneError as exc:
                 failures += 1
-                print(f"error: {exc.render()}", file=sys.stderr)
+                text = exc.render()
+                errors[text] = errors.get(text, 0) + 1
+                if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
+                    print(f"error: {text}", file=sys.stderr)
+                outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started,
+                                               message=text))
                 continue
+            outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
             if settings.tune.write:
                 change = "params file updated" if out.written else "params file unchanged"
             else:
-                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {args.write})"
+                change = ("not written (--no-write)" if args.no_write
+                          else f"not written yet (--write {settings.write_mode})")
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
                   f"{out.decision}; {change}; report: {out.report}")
+    for text, n in errors.items():
+        if n > 1:
+            print(f"error: the same error as above for {n - 1} more key(s): {text.splitlines()[0]}", file=sys.stderr)
     for result in tuning.agents.values():
         print(result.message)
         if result.transcript is not None:
@@ -184,7 +216,36 @@ def cmd_tune(args: argparse.Namespace) -> int:
     line = tuning.finish()
     if line:
         print(f"ktune: {line}")
+    junit = _options_value(args, "junit")
+    if junit:
+        from pytest_ktune.report import junit as junit_report
+        from pytest_ktune.report.results import RunResults
+
+        device = tuning.outcomes[0].device if tuning.outcomes else ""
+        junit_report.write(Path(junit), RunResults(root=root, backend=backend, device=device,
+                                                   outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+        print(f"ktune: wrote the JUnit report to {junit}")
     return 1 if failures else 0
+
+
+def _options_value(args: argparse.Namespace, name: str) -> Any:
+    """One option's value as ``run.config`` resolves it for this command."""
+    from pytest_ktune.run.config import OPTIONS, project_files, resolve
+
+    return resolve({o.name: getattr(args, o.name, None) for o in OPTIONS}, project_files(args.root.resolve()))[name]
+
+
+def _tune_outcome(target: Target, key: dict[str, Any], root: Path, outcome: str, duration_s: float, *,
+                  message: str = "") -> ItemOutcome:
+    """A tuned key as the JUnit report's testcase ``tune[KEY]``, as pytest's tune item would be."""
+    from pytest_ktune.core.keys import key_label
+    from pytest_ktune.core.store import target_id
+    from pytest_ktune.report.results import ItemOutcome
+
+    tid = target_id(target, root)
+    label = key_label(key)
+    return ItemOutcome(nodeid=f"{tid}::tune[{label}]", check="tune", target=tid, name=target.name, label=label,
+                       outcome=outcome, duration_s=duration_s, message=message, key=dict(key))
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -232,13 +293,52 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.options import build
     from pytest_ktune.tuner.join import join_studies
 
-    settings = build(_options(args, tune=True), cli_manager().hook).tune
+    run = build(_options(args, tune=True), cli_manager().hook)
+    settings = run.tune
     assert settings is not None
-    if not args.storage:
+    if not settings.storage:
         raise KtuneError("a worker joins a shared study, so it needs --storage",
-                         hint="pass the same --storage URL as the `ktune tune` it helps")
-    done = join_studies(args.root.resolve(), settings, args.study, backend=args.backend)
+                         hint="pass the same --storage URL (or KTUNE_STORAGE) as the `ktune tune` it helps")
+    done = join_studies(run.root, settings, args.study, backend=run.backend)
     print(f"worker {os.getpid()}: {done} timed trials")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the project's HTML page (``report.page``)."""
+    from pytest_ktune.core.paths import params_path
+    from pytest_ktune.report import history, page
+
+    root = args.root.resolve()
+    opts = _options(args, tune=False)
+    path = params_path(root, explicit=opts.params, root=root, configured=opts.params_configured)
+    points = history.params_history(path) + history.benchmark_history(args.history)
+    studies = history.study_plots(root / ".ktune" / "reports")
+    out = (args.out or root / ".ktune" / "report.html").resolve()
+    page.write(out, root.name, points, studies)
+    targets = len({p.target for p in points} | {s.target for s in studies})
+    print(f"ktune: wrote the report to {out} ({targets} targets, {len(points)} timings, {len(studies)} studies)")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """optuna-dashboard on the project's storage: the journal under .ktune/, or the shared one."""
+    from pytest_ktune.tuner.storage import open_storage
+
+    root = args.root.resolve()
+    url = _options_value(args, "storage")
+    journal = root / ".ktune" / "studies.journal"
+    if url is None and not journal.is_file():
+        raise KtuneError(f"no studies under {root / '.ktune'} yet",
+                         hint="tune first (ktune tune, or pytest --ktune --ktune-tune), or give --storage URL")
+    try:
+        import optuna_dashboard
+    except ImportError:
+        raise KtuneError("ktune dashboard needs optuna-dashboard",
+                         hint="pip install 'pytest-ktune[dashboard]'") from None
+    storage, name = open_storage(url, root / ".ktune")
+    print(f"ktune: optuna-dashboard on {name} at http://{args.host}:{args.port}/ (Ctrl-C stops it)", flush=True)
+    optuna_dashboard.run_server(storage, host=args.host, port=args.port)
     return 0
 
 
@@ -251,6 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_record(args)
         if args.command == "bench-search":
             return cmd_bench_search(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "dashboard":
+            return cmd_dashboard(args)
         if args.command == "templatize":
             from pytest_ktune.agent import run_templatize
 

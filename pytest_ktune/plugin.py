@@ -7,12 +7,17 @@ Nothing here imports numpy, CuPy or PyOpenCL unless ``--ktune`` is given.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import pytest
 
+if TYPE_CHECKING:
+    from pytest_ktune.run.config import Resolved
+
 FINISH_KEY = pytest.StashKey[str]()
+CONFIG_KEY: pytest.StashKey[Resolved] = pytest.StashKey()
 REPORTS_KEY = pytest.StashKey[list[str]]()
 
 
@@ -25,70 +30,35 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
+    from pytest_ktune.run.config import OPTIONS, default_text
 
     group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
-    group.addoption("--ktune", action="store_true", default=False,
-                    help="collect @ktune.target kernels: a correctness and a performance item per case")
-    group.addoption("--ktune-backend", default=AUTO, metavar="NAME",
-                    help=f"where kernels run: {' or '.join(BACKENDS)} (CuPy, PyOpenCL), a plugin's backend, or "
-                         f"{AUTO}: cuda when a GPU is visible, else opencl (default: {AUTO})")
-    group.addoption("--ktune-threshold", default="median:5%", metavar="STAT:PCT",
-                    help="how much slower than its baseline a kernel may get before its performance "
-                         "item fails, once confirmed by A/B (default: median:5%%)")
-    group.addoption("--ktune-update-baseline", action="store_true", default=False,
-                    help="record the measured timings as the new baselines in the params file")
-    group.addoption("--ktune-seed", type=int, default=None,
-                    help="base seed for the random inputs (default: a new one each run, shown in the header)")
-    group.addoption("--ktune-params", default=None, metavar="PATH",
-                    help="the params file (default: $KTUNE_PARAMS, else the nearest ktune-params.json at or "
-                         "above the rootdir, else one at the rootdir; ini: ktune_params)")
-    group.addoption("--ktune-tune", action="store_true", default=False,
-                    help="tune every selected target for every key of its cases (Optuna), and write a "
-                         "winner that beats the current parameters in same-run A/B to the params file")
-    group.addoption("--ktune-autotune", action="store_true", default=False,
-                    help="tune only keys that regressed at the gate in this run, were never tuned on this "
-                         "device, or were tuned on another version of their source")
-    group.addoption("--ktune-trials", type=int, default=40, help="timed trials per key (default: 40)")
-    group.addoption("--ktune-tune-timeout", type=float, default=None, metavar="SECONDS",
-                    help="wall-time budget per key (default: none)")
-    group.addoption("--ktune-sampler", default=DEFAULT_SAMPLER, metavar="NAME",
-                    help=f"the search after the warm starts: {', '.join(SAMPLERS)} or a plugin's (default: "
-                         f"{DEFAULT_SAMPLER}, a Gaussian process over the feasible configurations; grid times "
-                         "every feasible point)")
-    group.addoption("--ktune-storage", default=None, metavar="URL",
-                    help="an Optuna storage URL (postgresql://...) so several workers share the studies; "
-                         "default: a journal file under .ktune/")
-    group.addoption("--ktune-write", default=DEFAULT_WRITE, metavar="MODE",
-                    help=f"what to do with tuned winners: {', '.join(WRITE_MODES)} or a plugin's mode. none "
-                         "(report only, the default), file (update the params file in place), patch (a "
-                         "git-apply-able patch under .ktune/patches), commit (a new branch ktune/..., your "
-                         "checkout untouched), pr (commit, push, open or update a pull request; needs "
-                         "GITHUB_TOKEN)")
-    group.addoption("--ktune-trial-timeout", type=float, default=60.0, metavar="SECONDS",
-                    help="seconds one candidate may take, compile included, before its worker is killed")
-    group.addoption("--ktune-item-timeout", type=float, default=600.0, metavar="SECONDS",
-                    help="seconds one correctness or performance item's kernels may run before they count as "
-                         "hung: the item fails and a fresh measurement process runs the rest (default: 600)")
-    group.addoption("--ktune-skip-unavailable", action="store_true", default=False,
-                    help="where the backend cannot run (no GPU, no OpenCL), skip the ktune items instead of "
-                         "failing the run (for a laptop without a device; never for a merge gate)")
-    group.addoption("--ktune-agent", action="store_true", default=False,
-                    help="with --ktune-tune: before searching each target, let an LLM agent (OpenAI-compatible, "
-                         "OPENAI_BASE_URL / OPENAI_API_KEY) template, test, analyse and plan; a verified, faster "
-                         "template is written only with --ktune-write file. No model: the rule-based templater")
-    group.addoption("--ktune-model", default=None, metavar="NAME",
-                    help="the agent's model (default: $KTUNE_MODEL; none: the agent is off)")
-    group.addoption("--ktune-agent-iterations", type=int, default=12, metavar="N",
-                    help="model turns per target before the agent stops (default: 12)")
-    group.addoption("--ktune-junit", default=None, metavar="PATH",
-                    help="write a JUnit XML report of the ktune items (correct, perf, tune) with their times, "
-                         "baselines, ratios and parameters")
-    group.addoption("--ktune-benchmark-json", default=None, metavar="PATH",
-                    help="write the timings in pytest-benchmark's --benchmark-json format, for tools that "
-                         "chart it")
-    parser.addini("ktune_params", "path of the params file, relative to the rootdir (see --ktune-params)",
-                  default="")
+    for o in OPTIONS:
+        where = f"ini: {o.ini}" + (f"; env: {o.env_name}" if o.env else "")
+        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
+        text = text.replace("%", "%%")
+        if o.kind is bool:
+            group.addoption(o.flag, action="store_true", default=None, dest=_dest(o.name), help=text)
+        else:
+            group.addoption(o.flag, default=None, dest=_dest(o.name), metavar=o.metavar,
+                            type=o.kind if o.kind is not str else None, help=text)
+        parser.addini(o.ini, f"{o.help} (see {o.flag})", default=None)
+
+
+def _dest(name: str) -> str:
+    return "ktune" if name == "ktune" else f"ktune_{name}"
+
+
+def _enabled(config: pytest.Config) -> bool:
+    """``--ktune``, or ``ktune = true`` in pytest's ini file."""
+    if config.getoption("ktune"):
+        return True
+    from pytest_ktune.run.config import BY_NAME, OptionError
+
+    try:
+        return bool(BY_NAME["ktune"].parse(config.getini("ktune"), f"ktune in {config.inipath}"))
+    except OptionError as exc:
+        raise pytest.UsageError(exc.render()) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,31 +67,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ktune_correctness: a pytest-ktune correctness item")
     config.addinivalue_line("markers", "ktune_performance: a pytest-ktune performance item")
     config.addinivalue_line("markers", "ktune_tune: a pytest-ktune tuning item (--ktune-tune, --ktune-autotune)")
-    if not config.getoption("ktune") or config.option.help:
+    if not _enabled(config) or config.option.help:
         return
+    config.option.ktune = True  # the ini key alone switched it on: the other hooks ask the option
     _refuse_xdist(config)
     from pytest_ktune.core.errors import BackendUnavailable, KtuneError
     from pytest_ktune.items import SESSION_KEY, OutcomeRecorder
-    from pytest_ktune.run.options import RunOptions, build
+    from pytest_ktune.run.config import OPTIONS, ConfigFiles, ktune_table, resolve
+    from pytest_ktune.run.options import build, run_options
     from pytest_ktune.run.session import Session
 
-    opt = config.getoption
-    explicit = opt("ktune_params")
-    options = RunOptions(
-        root=Path(config.rootpath),
-        params=str(Path(config.invocation_params.dir) / explicit) if explicit else (config.getini("ktune_params")
-                                                                                    or None),
-        backend=opt("ktune_backend"), threshold=opt("ktune_threshold"),
-        update_baseline=opt("ktune_update_baseline"), seed=opt("ktune_seed"), tune=opt("ktune_tune"),
-        autotune=opt("ktune_autotune"), trials=opt("ktune_trials"), tune_timeout=opt("ktune_tune_timeout"),
-        sampler=opt("ktune_sampler"), storage=opt("ktune_storage"), write=opt("ktune_write"),
-        trial_timeout=opt("ktune_trial_timeout"), agent=opt("ktune_agent"), model=opt("ktune_model"),
-        agent_iterations=opt("ktune_agent_iterations"), command=" ".join(["pytest", *config.invocation_params.args]),
-        item_timeout=opt("ktune_item_timeout"), skip_unavailable=opt("ktune_skip_unavailable"))
     try:
-        session = Session(build(options, config.hook))
+        table, table_path = ktune_table(Path(config.rootpath))
+        files = ConfigFiles(ini={o.ini: config.getini(o.ini) for o in OPTIONS}, ini_path=config.inipath,
+                            table=table, table_path=table_path)
+        resolved = resolve({o.name: config.getoption(_dest(o.name)) for o in OPTIONS}, files,
+                           cwd=Path(config.invocation_params.dir))
+        options = run_options(resolved, root=Path(config.rootpath),
+                              command=" ".join(["pytest", *config.invocation_params.args]))
+        # Progress needs write, flush and isatty of a text stream, which _ReporterStream has.
+        progress = cast("TextIO", _ReporterStream(config))
+        session = Session(replace(build(options, config.hook), progress=progress))
     except KtuneError as exc:
         raise pytest.UsageError(exc.render()) from None
+    config.stash[CONFIG_KEY] = resolved
     try:
         session.start()  # fail closed: a backend that cannot run is an error, before any item runs
     except BackendUnavailable as exc:
@@ -155,6 +124,43 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = session_of(config)
     if session is not None:
         session.close()
+class _ReporterStream:
+    """A tune's live progress line written through pytest's terminal reporter with capture suspended
+    for each write (as pytest's live logging does), so it shows without ``-s``; Progress draws
+    nothing where the terminal reporter does not write to a terminal (a CI log, a pipe), or where
+    there is none (``-p no:terminal``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config  # the reporter is registered after this plugin's pytest_configure: ask later
+        self._mid_line = False  # our last write left the cursor after a progress line
+
+    @property
+    def reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
+
+    def isatty(self) -> bool:
+        return self.reporter is not None and bool(self.reporter.isatty)
+
+    def write(self, text: str) -> int:
+        capture = self.config.pluginmanager.get_plugin("capturemanager")
+        if self.reporter is None:
+            return len(text)
+        if capture is None:
+            return self._write(text)
+        with capture.global_and_fixture_disabled():
+            return self._write(text)
+
+    def _write(self, text: str) -> int:
+        reporter = self.reporter
+        if not self._mid_line:
+            reporter.ensure_newline()  # off the line pytest was writing (the item's name, its dots)
+        reporter.write(text, flush=True)
+        self._mid_line = not text.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.reporter is not None:
+            self.reporter.flush()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -166,7 +172,9 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     session = session_of(config)
     assert session is not None
     s = session.settings
-    lines = [f"ktune: seed {s.seed} (rerun with --ktune-seed {s.seed}), threshold {s.threshold}, "
+    origin = config.stash[CONFIG_KEY].origin("threshold")
+    given = "" if origin in ("default", "command line") else f" (from {origin})"
+    lines = [f"ktune: seed {s.seed} (rerun with --ktune-seed {s.seed}), threshold {s.threshold}{given}, "
              f"params {s.params_path}"]
     try:
         d = session.device()
@@ -180,6 +188,19 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
         lines.append(f"ktune: agent: model {s.agent.model.model}" if s.agent.model else f"ktune: {AGENT_OFF}")
     return lines
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A ktune item's skip points at its target's declaration, not at this plugin's source."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or not isinstance(report.longrepr, tuple) or item.get_closest_marker("ktune") is None:
+        return
+    target = getattr(item, "target", None) or getattr(getattr(item, "parent", None), "target", None)
+    file, line = getattr(target, "file", None), getattr(target, "line", 0)
+    if file is not None:
+        report.longrepr = (str(file), line or None, report.longrepr[2])
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -214,16 +235,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def _write_reports(config: pytest.Config, s: Any) -> list[str]:
     """Write the reports asked for on the command line; a line for the terminal about each."""
     from pytest_ktune.core.errors import KtuneError
-    from pytest_ktune.report import benchjson, junit
+    from pytest_ktune.report import benchjson, junit, markdown
 
     lines = []
     run = s.results_for_reports()
-    for what, option, write in (("JUnit report", "ktune_junit", junit.write),
-                                ("benchmark JSON", "ktune_benchmark_json", benchjson.write)):
-        value = config.getoption(option)
+    resolved = config.stash[CONFIG_KEY]
+    for what, option, write in (("JUnit report", "junit", junit.write),
+                                ("benchmark JSON", "benchmark_json", benchjson.write),
+                                ("markdown summary", "markdown", markdown.write)):
+        value = resolved[option]
         if not value:
             continue
-        path = Path(config.invocation_params.dir) / Path(value).expanduser()
+        path = Path(value)
         try:
             write(path, run)
         except (OSError, ValueError, KtuneError) as exc:

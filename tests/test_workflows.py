@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,15 +65,76 @@ def test_every_job_states_its_permissions_and_none_runs_untrusted_code_with_secr
             assert perms == {"contents": "read"}
 
 
+def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = job["steps"]
+    return steps
+
+
+def _run(job: dict[str, Any]) -> str:
+    return " ".join(step.get("run", "") for step in _steps(job))
+
+
 def test_the_gate_runs_on_the_gpu_runner_and_keeps_the_junit_report() -> None:
     wf = _load("gpu-gate.yml")
     assert "pull_request" in wf["on"]
-    (job,) = wf["jobs"].values()
-    assert job["runs-on"] == ["self-hosted", "gpu"]
-    run = " ".join(step.get("run", "") for step in job["steps"])
+    job = wf["jobs"]["gate"]
+    assert job["if"] == "github.event_name == 'pull_request'"
+    assert '["self-hosted", "gpu"]' in job["runs-on"]
+    run = _run(job)
     assert "--ktune " in run and "--ktune-junit=reports/ktune-junit.xml" in run
-    upload = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert '--ktune-markdown="$GITHUB_STEP_SUMMARY"' in run  # the summary table on the run's page
+    upload = [s for s in _steps(job) if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert upload and upload[0]["with"]["path"] == "reports/" and "cancelled()" in upload[0]["if"]
+
+
+def test_a_forks_pull_request_fails_the_gate_instead_of_skipping_it() -> None:
+    job = _load("gpu-gate.yml")["jobs"]["gate"]
+    fork = "github.event.pull_request.head.repo.full_name != github.repository"
+    # A fork's code never reaches the self-hosted runner: its job runs on a GitHub-hosted one...
+    assert job["runs-on"] == ("${{ fromJSON(" + fork + " && '[\"ubuntu-latest\"]' || '[\"self-hosted\", \"gpu\"]') }}")
+    # ... and fails there, before any checkout, so a required gate is never skipped into a merge.
+    first = _steps(job)[0]
+    assert first["if"] == fork and "exit 1" in first["run"] and "::error::" in first["run"]
+    assert "uses" not in first and all("if" not in s or s is first for s in _steps(job)[:2])
+
+
+@pytest.mark.parametrize("name", ["ci.yml", "gpu-gate.yml", "tune.yml"])
+def test_every_action_is_pinned_by_commit_sha(name: str) -> None:
+    text = (WORKFLOWS / name).read_text()
+    uses = re.findall(r"uses:\s*(\S+)(.*)", text)
+    assert uses
+    for ref, comment in uses:
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", ref), ref
+        assert re.search(r"#\s*v\d+\.\d+\.\d+", comment), f"{ref}: name the release in a comment"
+
+
+@pytest.mark.parametrize(("name", "job"), [("gpu-gate.yml", "gate"), ("gpu-gate.yml", "history"), ("tune.yml", "tune")])
+def test_ktune_folder_is_cached_by_device_driver_and_sources(name: str, job: str) -> None:
+    wf = _load(name)
+    steps = _steps(wf["jobs"][job])
+    gpu = next(s for s in steps if s.get("id") == "gpu")
+    assert "nvidia-smi --query-gpu=name,driver_version" in gpu["run"]
+    (cache,) = [s for s in steps if str(s.get("uses", "")).startswith("actions/cache@")]
+    assert cache["with"]["path"] == "${{ env.KTUNE_PROJECT }}/.ktune/"
+    key = cache["with"]["key"]
+    assert key.startswith("ktune-${{ steps.gpu.outputs.id }}-${{ hashFiles(") and "**/*.cu" in key and "**/*.cl" in key
+    assert cache["with"]["restore-keys"] == "ktune-${{ steps.gpu.outputs.id }}-"
+    # The cache is restored after the checkout (whose clean would delete it) and before the run.
+    names = [str(s.get("uses", s.get("name", ""))) for s in steps]
+    assert names.index(cache["uses"]) > next(i for i, n in enumerate(names) if n.startswith("actions/checkout@"))
+    assert "KTUNE_PROJECT" in wf["env"]
+
+
+def test_a_push_to_main_records_a_history_artifact() -> None:
+    wf = _load("gpu-gate.yml")
+    assert wf["on"]["push"] == {"branches": ["main"]}
+    job = wf["jobs"]["history"]
+    assert job["if"] == "github.event_name == 'push'" and job["runs-on"] == ["self-hosted", "gpu"]
+    run = _run(job)
+    assert '--ktune-benchmark-json="history/ktune-benchmark-$GITHUB_SHA.json"' in run
+    assert "ktune report " in run and "--history history" in run
+    (upload,) = [s for s in _steps(job) if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
+    assert upload["with"]["name"] == "ktune-history-${{ github.sha }}" and upload["with"]["path"] == "history/"
 
 
 def test_the_tuning_job_alone_may_write() -> None:

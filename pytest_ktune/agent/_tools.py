@@ -25,7 +25,7 @@ from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import target_id
 from pytest_ktune.core.target import Target
-from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.encoding import Encoding, label_study, stored_mode
 from pytest_ktune.tuner.loop import enqueue
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.storage import open_storage, study_name
@@ -299,18 +299,21 @@ class Workbench:
 
         name = study_name(target_id(target, self.bench.root), self.device.id, key)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(study_name=name, storage=self._storage(), direction="minimize",
-                                    load_if_exists=True)
+        storage = self._storage()
+        enc = Encoding.for_sampler(target, self.bench.tune.sampler, stored_mode(storage, name))
+        study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
+        label_study(study, enc)
         valid = [("agent", dict(c)) for c in configs if target.space.valid(dict(c), key)]
-        enqueue(study, Encoding(target), valid)
+        enqueue(study, enc, valid)
 
     def _trials(self, study_name: str, target: Target) -> tuple[list[dict[str, Any]], list[str]]:
         import optuna
         from optuna.trial import TrialState
 
 
-        enc = Encoding(target)
-        study = optuna.load_study(study_name=study_name, storage=self._storage())
+        storage = self._storage()
+        enc = Encoding.for_sampler(target, self.bench.tune.sampler, stored_mode(storage, study_name))
+        study = optuna.load_study(study_name=study_name, storage=storage)
         timed: list[dict[str, Any]] = []
         problems: list[str] = []
         for t in study.get_trials(deepcopy=False):

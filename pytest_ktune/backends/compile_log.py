@@ -1,8 +1,14 @@
-"""Turn a compiler's log into one that names the real file and shows the lines."""
+"""Turn a compiler's log into one that names the real file and shows the lines; keep a compiler's
+chatter out of the user's stderr unless asked for."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 
 _LINE_REFS = (
     re.compile(r"[(:](\d+)[):](?:(\d+):)?\s*(?:fatal )?error"),
@@ -28,3 +34,36 @@ def annotate(log: str, source: str, filename: str, *, context: int = 1) -> str:
             mark = ">" if i == n else " "
             out.append(f"{mark}{i:5d} | {lines[i - 1]}")
     return "\n".join(out)
+
+
+COMPILER_OUTPUT_ENV = "KTUNE_COMPILER_OUTPUT"  # 1: let the compiler's own messages through to stderr
+
+
+def compiler_output_wanted(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the user asked to see what compilers print (``KTUNE_COMPILER_OUTPUT=1``)."""
+    return (os.environ if env is None else env).get(COMPILER_OUTPUT_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@contextlib.contextmanager
+def quiet_stderr(enabled: bool = True) -> Iterator[None]:
+    """Keep what a compiler writes straight to the process's stderr (PoCL's clang prints "N warnings
+    generated." there, past Python) out of the user's terminal. Errors are not lost: a failed build
+    raises with its log. With ``enabled`` False, or where fd 2 cannot be redirected, nothing changes."""
+    if not enabled:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)

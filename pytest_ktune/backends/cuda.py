@@ -30,8 +30,8 @@ from pytest_ktune.core.includes import deps_hash, include_closure, read_local
 if TYPE_CHECKING:
     from pytest_ktune.core.case import Tensor, Tolerance
 
-INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13: cupy-cuda13x) "
-                "on a machine with an NVIDIA GPU")
+INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13), or 'pytest-ktune[cuda12]' with a CUDA 12 "
+                "driver, on a machine with an NVIDIA GPU")
 
 _COPY_SRC = r"""
 extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {

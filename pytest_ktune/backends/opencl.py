@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from pytest_ktune.backends.base import (
     scalar_arg,
     touched_bytes,
 )
-from pytest_ktune.backends.compile_log import annotate
+from pytest_ktune.backends.compile_log import annotate, compiler_output_wanted, quiet_stderr
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
@@ -216,8 +217,12 @@ class OpenCLBackend:
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             kwargs["cache_dir"] = str(self.cache_dir)
+        loud = compiler_output_wanted()
         try:
-            program = cl.Program(self.context, source).build(options=options, **kwargs)
+            with quiet_stderr(not loud), warnings.catch_warnings():
+                if not loud:  # "Non-empty compiler output encountered": the warnings it means are kept out
+                    warnings.simplefilter("ignore", cl.CompilerWarning)
+                program = cl.Program(self.context, source).build(options=options, **kwargs)
         except cl.Error as exc:
             log = _build_log(exc)
             raise CompileError(f"OpenCL compile failed with {' '.join(options) or 'no options'}:\n"

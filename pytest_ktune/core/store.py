@@ -216,15 +216,23 @@ class Store:
         """Read ``path``; a missing file is an empty store, a damaged one a StoreError."""
         if not path.exists():
             return cls(path)
-        hint = _FIX_HINT.format(name=path.name)
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise StoreError(f"the params file is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                             f"column {exc.colno}", where=str(path), hint=hint) from None
+            text = path.read_text()
         except OSError as exc:
             raise StoreError(f"cannot read the params file: {exc.strerror}", where=str(path),
                              hint="check its permissions") from None
+        return cls.from_text(text, path)
+
+    @classmethod
+    def from_text(cls, text: str, path: Path) -> Store:
+        """The store that ``text`` (the params file's content, e.g. as git holds it) describes; a
+        StoreError, naming ``path``, where it is damaged."""
+        hint = _FIX_HINT.format(name=path.name)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StoreError(f"the params file is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                             f"column {exc.colno}", where=str(path), hint=hint) from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise StoreError(f"the params file does not start with \"format\": \"{FORMAT}\"",
                              where=str(path), hint=hint)

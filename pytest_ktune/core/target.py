@@ -18,6 +18,7 @@ from pytest_ktune.core.dtypes import is_bfloat16
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.includes import deps_hash, include_closure, read_local, source_hash
 from pytest_ktune.core.space import Config, Space, Value
+from pytest_ktune.core.threshold import Threshold
 
 BACKENDS = ("cuda", "opencl")
 
@@ -56,6 +57,8 @@ class Target:
     defines_fn: Callable[..., Mapping[str, Value]] | None = None
     vectors: tuple[str, ...] | None = None  # the parameters that are vector widths; None: by name
     work_fn: Callable[..., int] | None = None
+    threshold: Threshold | None = None  # the target's own regression threshold; None: the run's
+    line: int = 0  # the line of ``file`` that declares the target (0: not known)
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @property
@@ -210,17 +213,23 @@ def declare(
     name: str | None = None,
     vectors: Sequence[str] | None = None,
     work: Callable[..., int] | None = None,
+    threshold: str | None = None,
 ) -> Callable[[Callable[..., Any]], T]:
     """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
 
     The decorated function takes a ``kernel`` handle first (``kernel.params``,
     ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
     ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
-    space's parameters (and ``defines``) reach the source as ``-D`` macros.
+    space's parameters (and ``defines``) reach the source as ``-D`` macros. ``threshold``
+    (``"median:10%"``) replaces the run's regression threshold for this target's performance items.
     """
 
     def wrap(fn: Callable[..., Any]) -> T:
         file = Path(inspect.getfile(fn)).resolve()
+        caller = inspect.currentframe()
+        caller = caller.f_back if caller is not None else None  # where @ktune.target(...) is applied
+        line = caller.f_lineno if caller is not None and Path(caller.f_code.co_filename).resolve() == file \
+            else fn.__code__.co_firstlineno
         tname = name or fn.__name__
         where = f"target {tname} ({file})"
         if not isinstance(space, Space):
@@ -257,6 +266,12 @@ def declare(
                 if bad:
                     raise SpaceError(f"vectors= names {v!r}, whose values {bad} are not element counts",
                                      where=where, hint="a vector width is a whole number of elements, 1 or more")
+        own_threshold = None
+        if threshold is not None:
+            try:
+                own_threshold = Threshold.parse(str(threshold))
+            except KtuneError as exc:
+                raise KtuneError(f"threshold=: {exc.message}", where=where, hint=exc.hint) from None
         if not cases:
             raise KtuneError("cases= is empty", where=where,
                              hint="declare at least one ktune.Case the kernel must handle")
@@ -271,7 +286,8 @@ def declare(
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
-            vectors=None if vectors is None else tuple(vectors), work_fn=work, _signature=call_sig,
+            vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
+            _signature=call_sig,
         )
         for c in t.cases:
             try:

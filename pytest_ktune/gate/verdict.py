@@ -143,6 +143,10 @@ class Gate:
                    time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=item.target_id,
                    params=dict(params), measurement=m)
 
+    def threshold_for(self, item: Item) -> Threshold:
+        """The target's own threshold where it declares one, else the run's."""
+        return item.target.threshold or self.settings.threshold
+
     def judge(self, item: Item, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
         """The verdict on a timed row: no baseline, ok, faster, drift, or a regression confirmed A/B."""
         base = record.baseline if record else None
@@ -152,7 +156,7 @@ class Gate:
         if base is None or timing is None:
             return row.result(verdict="no baseline",
                               note="no baseline recorded: run with --ktune-update-baseline to record one")
-        threshold = self.settings.threshold
+        threshold = self.threshold_for(item)
         s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, threshold)
         row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
         if not s.suspect:
@@ -162,7 +166,7 @@ class Gate:
 
     def _confirm(self, item: Item, params: Mapping[str, Value], base: Baseline, m: Measurement,
                  row: Row) -> PerfResult:
-        threshold = self.settings.threshold
+        threshold = self.threshold_for(item)
         target, backend = item.target, row.backend
         device = row.device
         current_hash = target.source_hash(backend)

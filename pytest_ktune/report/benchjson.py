@@ -5,31 +5,31 @@ The document has the shape of ``pytest --benchmark-json`` output — ``machine_i
 read that format (``pytest-benchmark compare``, github-action-benchmark with
 ``tool: pytest``) chart ktune's timings. Each performance item is one benchmark:
 
-* ``name`` is the item's name (``perf[CASE]``), ``fullname`` the target's id and
-  that name (``kernels/rmsnorm.py::rmsnorm::perf[CASE]``), ``group`` the target's id;
+* ``name`` is the item's name and the device (``perf[CASE] on NVIDIA H200``), ``fullname``
+  the target's id and that name (``kernels/rmsnorm.py::rmsnorm::perf[CASE] on NVIDIA H200``),
+  so that each GPU type is a series of its own; ``group`` is the target's id;
 * ``params`` are the kernel's parameters, ``param`` the case id;
 * ``stats`` are in seconds per call of the target's function, over the timing
   samples (``data``); ``iterations`` is how many calls each sample averaged;
 * ``extra_info`` holds ktune's own numbers: the time and the baseline in µs,
   their ratio, the verdict, the backend, the device, GB/s.
 
-``version`` is the pytest-benchmark format version this follows (the installed
-pytest-benchmark's, which is a dependency); ``generator`` names ktune.
+The statistics, the machine and the commit are pytest-benchmark's own (``Stats``, its machine-info
+hook, ``get_commit_info``): pytest-benchmark is the ``benchmark`` extra, so that installing
+pytest-ktune does not switch its plugin on in every test suite. ``version`` is the installed
+pytest-benchmark's; ``generator`` names ktune.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
-import platform
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ktune.core import git
+from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.version import __version__
 from pytest_ktune.report.results import RunResults
@@ -41,43 +41,26 @@ if TYPE_CHECKING:
 FORMAT_VERSION = "5.1.0"  # used when pytest-benchmark's own version cannot be read
 
 
-def _quartiles(data: Sequence[float]) -> tuple[float, float]:
-    """The first and third quartiles as pytest-benchmark reports them: the median of each half for an even
-    count, and the weighted interpolation of Tukey's hinges for an odd one (Wikipedia's "method 3")."""
-    x = sorted(data)
-    n = len(x)
-    if n == 1:
-        return x[0], x[0]
-    if n % 2 == 0:
-        return statistics.median(x[: n // 2]), statistics.median(x[n // 2:])
-    k = n // 4
-    if n % 4 == 1:
-        return 0.25 * x[k - 1] + 0.75 * x[k], 0.75 * x[3 * k] + 0.25 * x[3 * k + 1]
-    return 0.75 * x[k] + 0.25 * x[k + 1], 0.25 * x[3 * k + 1] + 0.75 * x[3 * k + 2]
+def _pytest_benchmark() -> Any:
+    """pytest-benchmark's modules (an extra: installed, its plugin would run in every test suite)."""
+    try:
+        import pytest_benchmark.plugin
+        import pytest_benchmark.stats
+        import pytest_benchmark.utils
+    except ImportError:
+        raise KtuneError("the benchmark JSON is built with pytest-benchmark, which is not installed",
+                         hint="pip install 'pytest-ktune[benchmark]'") from None
+    return pytest_benchmark
 
 
 def stats(samples: Sequence[float], iterations: int = 1, *, include_data: bool = True) -> dict[str, Any]:
-    """pytest-benchmark's ``stats`` object for ``samples`` (seconds)."""
+    """pytest-benchmark's ``stats`` object for ``samples`` (seconds), computed by its own ``Stats``."""
     if not samples:
         raise ValueError("no samples")
-    x = sorted(samples)
-    n = len(x)
-    mean = statistics.fmean(x)
-    stddev = statistics.stdev(x) if n > 1 else 0.0
-    q1, q3 = _quartiles(x)
-    iqr = q3 - q1
-    low, high = q1 - 1.5 * iqr, q3 + 1.5 * iqr
-    iqr_outliers = sum(1 for v in x if v < low or v > high)
-    stddev_outliers = sum(1 for v in x if v < mean - stddev or v > mean + stddev)
-    total = math.fsum(x)
-    out: dict[str, Any] = {
-        "min": x[0], "max": x[-1], "mean": mean, "stddev": stddev, "rounds": n, "median": statistics.median(x),
-        "iqr": iqr, "q1": q1, "q3": q3, "iqr_outliers": iqr_outliers, "stddev_outliers": stddev_outliers,
-        "outliers": f"{stddev_outliers};{iqr_outliers}",
-        "ld15iqr": next(v for v in x if v >= low) if n > 1 else x[0],
-        "hd15iqr": next(v for v in reversed(x) if v <= high) if n > 1 else x[0],
-        "ops": n / total if total else 0, "total": total,
-    }
+    theirs = _pytest_benchmark().stats.Stats()
+    for v in samples:
+        theirs.update(v)
+    out: dict[str, Any] = dict(theirs.as_dict())
     if include_data:
         out["data"] = list(samples)
     out["iterations"] = iterations
@@ -95,7 +78,8 @@ def benchmark(r: PerfResult, *, include_data: bool = True) -> dict[str, Any] | N
     else:
         return None
     target = r.target_id or r.target
-    name = f"perf[{r.case}]"
+    # The device is part of the name: charts of two GPU types are two series, not one.
+    name = f"perf[{r.case}] on {r.device}" if r.device else f"perf[{r.case}]"
     return {
         "group": target,
         "name": name,
@@ -116,46 +100,25 @@ def benchmark(r: PerfResult, *, include_data: bool = True) -> dict[str, Any] | N
     }
 
 
-def _git(root: Path, *args: str) -> str | None:
-    out = git.output(root, *args)
-    return out.strip() if out is not None else None
-
-
 def commit_info(root: Path) -> dict[str, Any]:
-    """pytest-benchmark's ``commit_info``: the commit, its times, whether the tree is dirty, the branch."""
-    info: dict[str, Any] = {"id": "unversioned", "time": None, "author_time": None, "dirty": False,
-                            "project": root.resolve().name, "branch": "(unknown)"}
-    sha = _git(root, "rev-parse", "--verify", "-q", "HEAD")
-    if not sha:
-        return info
-    times = (_git(root, "show", "-s", "--format=%cI%n%aI", "HEAD") or "\n").splitlines()
-    branch = _git(root, "rev-parse", "--abbrev-ref", "HEAD") or "(unknown)"
-    info.update(id=sha, time=times[0] or None, author_time=times[-1] or None,
-                dirty=bool(_git(root, "status", "--porcelain", "--untracked-files=no")),
-                branch="(detached head)" if branch == "HEAD" else branch)
+    """pytest-benchmark's ``commit_info`` of the project at ``root``: its ``get_commit_info``, run there."""
+    helpers = _pytest_benchmark().utils
+    before = Path.cwd()
+    os.chdir(root)  # it asks git in the current folder
+    try:
+        info: dict[str, Any] = dict(helpers.get_commit_info())
+    finally:
+        os.chdir(before)
     return info
 
 
-def _cpu_brand() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def machine_info(backend: str, device: str) -> dict[str, Any]:
-    """pytest-benchmark's ``machine_info`` keys, and the backend and device the kernels ran on."""
-    return {
-        "node": platform.node(), "processor": platform.processor(), "machine": platform.machine(),
-        "python_compiler": platform.python_compiler(), "python_implementation": platform.python_implementation(),
-        "python_implementation_version": platform.python_version(), "python_version": platform.python_version(),
-        "python_build": list(platform.python_build()), "release": platform.release(), "system": platform.system(),
-        "cpu": {"arch": platform.machine(), "count": os.cpu_count(), "brand_raw": _cpu_brand()},
-        "ktune": {"backend": backend, "device": device},
-    }
+    """pytest-benchmark's ``machine_info`` (its own hook's answer), and the backend and device the
+    kernels ran on."""
+    info: dict[str, Any] = dict(_pytest_benchmark().plugin.pytest_benchmark_generate_machine_info())
+    info["python_build"] = list(info.get("python_build", ()))
+    info["ktune"] = {"backend": backend, "device": device}
+    return info
 
 
 def _format_version() -> str:

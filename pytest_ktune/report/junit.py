@@ -1,15 +1,19 @@
 """The JUnit XML report of a run (``--ktune-junit PATH``), for CI systems that read test results.
 
-One ``testsuite`` per target and one ``testcase`` per check of it: ``correct[CASE]``,
-``perf[CASE]`` and ``tune[KEY]``, with the target's id in dotted form as the
-classname (``kernels/rmsnorm.py::rmsnorm`` -> ``kernels.rmsnorm.rmsnorm``), as
-pytest's own report names tests. A confirmed regression is a ``failure`` whose
-message carries the numbers; every testcase has ``properties``: the time, the
-baseline, their ratio, the parameters (JSON), the backend, the device and the
-verdict, as far as the check produced them.
+The document is valid against the JUnit 10 schema (the one pytest checks its own xunit2 reports
+against; tests/data/junit-10.xsd). One ``testsuite`` per target and one ``testcase`` per check of
+it: ``correct[CASE]``, ``perf[CASE]`` and ``tune[KEY]``, with the target's id in dotted form as the
+classname (``kernels/rmsnorm.py::rmsnorm`` -> ``kernels.rmsnorm.rmsnorm``), as pytest's own report
+names tests. Times have three decimals, as the schema's time type allows.
 
-The document is built with the ``junit-xml`` package; the per-testcase
-properties, which that package does not write, are added to its elements.
+* A confirmed regression is a ``failure`` of type ``regression`` whose message carries the numbers;
+  a check that could not run to its end (an error) is a ``failure`` of type ``error`` (the schema
+  has no ``error`` element); a skip is ``skipped`` with its reason.
+* The schema allows properties only on a testsuite, so each testcase's numbers are properties of
+  its target's suite named ``TESTCASE.NAME`` (``perf[small].time_us``): the time, the baseline,
+  their ratio (always ``time_us / baseline_us``), the A/B ratio where an A/B ran, the parameters
+  (JSON), the verdict and the note of the check itself. The testcase's ``system-out`` says the same
+  in a line for people.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import key_string
@@ -59,20 +63,26 @@ def _num(v: float | None, digits: int = 4) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
-def _properties(o: ItemOutcome, backend: str, device: str, perf: PerfResult | None,
-                tune: TuneOutcome | None) -> dict[str, str]:
+def _time(seconds: float) -> str:
+    return f"{max(seconds, 0.0):.3f}"
+
+
+def _properties(o: ItemOutcome, perf: PerfResult | None, tune: TuneOutcome | None) -> dict[str, str]:
+    """The numbers of one testcase: only what its own check produced."""
     verdict = {"passed": "ok", "failed": "failed", "skipped": "skipped", "error": "error"}[o.outcome]
-    props: dict[str, str] = {"target": o.target, "backend": backend, "device": device}
+    props: dict[str, str] = {}
     if perf is not None:
-        props.update(backend=perf.backend or backend, device=perf.device or device, time_us=_num(perf.time_us),
-                     baseline_us=_num(perf.baseline_us), ratio=_num(perf.ratio),
-                     params=json.dumps(dict(perf.params), sort_keys=True))
-        if o.check == "perf":
-            verdict = perf.verdict
-            if perf.gbps is not None:
-                props["gbps"] = _num(perf.gbps, 2)
-            if perf.note:
-                props["note"] = perf.note
+        props["params"] = json.dumps(dict(perf.params), sort_keys=True)
+    if perf is not None and o.check == "perf":
+        verdict = perf.verdict
+        ratio = perf.time_us / perf.baseline_us if perf.time_us is not None and perf.baseline_us else None
+        props.update(time_us=_num(perf.time_us), baseline_us=_num(perf.baseline_us), ratio=_num(ratio))
+        if perf.ratio is not None and ratio is not None and abs(perf.ratio - ratio) > 5e-5:
+            props["ab_ratio"] = _num(perf.ratio)  # the A/B's, when it confirmed or cleared a suspect
+        if perf.gbps is not None:
+            props["gbps"] = _num(perf.gbps, 2)
+        if perf.note:
+            props["note"] = perf.note
     if tune is not None:
         ratio = tune.best_us / tune.current_us if tune.current_us else None
         props.update(time_us=_num(tune.best_us), baseline_us=_num(tune.current_us), ratio=_num(ratio),
@@ -86,65 +96,67 @@ def _properties(o: ItemOutcome, backend: str, device: str, perf: PerfResult | No
     return {k: clean(v) for k, v in props.items()}
 
 
+def _summary(props: dict[str, str]) -> str:
+    """The testcase's numbers in one line for people (its system-out)."""
+    order = ("time_us", "baseline_us", "ratio", "ab_ratio", "gbps", "params", "verdict", "note", "decision")
+    return "; ".join(f"{k} {props[k]}" for k in order if props.get(k))
+
+
 def build(outcomes: Iterable[ItemOutcome], results: Sequence[PerfResult] = (), tunes: Sequence[TuneOutcome] = (),
           *, backend: str = "", device: str = "", timestamp: str | None = None) -> str:
     """The report's XML text: a ``testsuites`` document, one ``testsuite`` per target."""
-    from junit_xml import TestCase, TestSuite
-
-
     by_case: dict[tuple[str, str], PerfResult] = {}
     for r in results:
         by_case[(r.target_id or r.target, r.case)] = r
     by_key = {(t.target, key_string(t.key)): t for t in tunes}
     stamp = timestamp or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    host = platform.node() or ""
 
-    suites: dict[str, tuple[list[Any], list[dict[str, str]]]] = {}
+    suites: dict[str, list[tuple[ItemOutcome, str, dict[str, str]]]] = {}
     for o in outcomes:
-        perf = by_case.get((o.target, o.label)) or by_case.get((o.name, o.label))
-        if o.check not in ("correct", "perf"):
-            perf = None
+        perf = by_case.get((o.target, o.label)) or by_case.get((o.name, o.label)) \
+            if o.check in ("correct", "perf") else None
         tune = by_key.get((o.name, key_string(o.key))) if o.check == "tune" and o.key is not None else None
         name = o.label if o.check == "broken" else f"{o.check}[{o.label}]"
-        case = TestCase(clean(name), classname=clean(classname(o.target)), elapsed_sec=o.duration_s,
-                        file=clean(o.target.rpartition("::")[0]) or None)
-        message = clean(o.message)
-        if o.outcome == "failed":
-            kind = "regression" if o.check == "perf" and perf is not None and perf.verdict == "REGRESSION" \
-                else "failure"
-            case.add_failure_info(message=_first_line(message) or "failed", output=message, failure_type=kind)
-        elif o.outcome == "error":
-            case.add_error_info(message=_first_line(message) or "error", output=message, error_type="error")
-        elif o.outcome == "skipped":
-            case.add_skipped_info(message=_first_line(message) or "skipped")
-        elif perf is not None and perf.note:
-            case.stdout = clean(perf.note)
-        cases, props = suites.setdefault(o.target, ([], []))
-        cases.append(case)
-        props.append(_properties(o, backend, device, perf, tune))
+        suites.setdefault(o.target, []).append((o, clean(name), _properties(o, perf, tune)))
 
     root = ET.Element("testsuites", {"name": "pytest-ktune"})
-    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    totals = dict.fromkeys(("tests", "failures", "errors"), 0)
     total_time = 0.0
-    host = platform.node() or None
-    for target, (cases, props) in suites.items():
-        suite = TestSuite(clean(target), cases, hostname=host, timestamp=stamp, package="pytest-ktune",
-                          properties={"backend": clean(backend), "device": clean(device),
-                                      "ktune_version": __version__})
-        element = suite.build_xml_doc()
-        element.set("time", f"{sum(c.elapsed_sec or 0.0 for c in cases):.6f}")
-        for tc, p in zip(element.findall("testcase"), props, strict=True):
-            tc.set("time", tc.get("time") or "0.000000")
-            holder = ET.Element("properties")
-            for prop, value in p.items():
-                ET.SubElement(holder, "property", {"name": prop, "value": value})
-            tc.insert(0, holder)
-        for k in totals:
-            totals[k] += int(element.get(k, "0"))
-        total_time += float(element.get("time", "0"))
-        root.append(element)
+    for target, cases in suites.items():
+        failures = sum(o.outcome in ("failed", "error") for o, _, _ in cases)
+        skipped = sum(o.outcome == "skipped" for o, _, _ in cases)
+        seconds = sum(o.duration_s for o, _, _ in cases)
+        suite = ET.SubElement(root, "testsuite", {
+            "name": clean(target), "tests": str(len(cases)), "failures": str(failures), "errors": "0",
+            "skipped": str(skipped), "time": _time(seconds), "timestamp": stamp, "hostname": clean(host),
+            "package": "pytest-ktune"})
+        holder = ET.SubElement(suite, "properties")
+        shared = {"backend": backend, "device": device, "ktune_version": __version__, "target": target}
+        for prop, value in shared.items():
+            ET.SubElement(holder, "property", {"name": prop, "value": clean(value)})
+        for _, name, props in cases:
+            for prop, value in props.items():
+                ET.SubElement(holder, "property", {"name": f"{name}.{prop}", "value": value})
+        for o, name, props in cases:
+            case = ET.SubElement(suite, "testcase", {"name": name, "classname": clean(classname(o.target)),
+                                                     "time": _time(o.duration_s)})
+            message = clean(o.message)
+            if o.outcome in ("failed", "error"):
+                kind = "error" if o.outcome == "error" else \
+                    "regression" if props.get("verdict") == "REGRESSION" else "failure"
+                failure = ET.SubElement(case, "failure", {"type": kind,
+                                                          "message": _first_line(message) or o.outcome})
+                failure.text = message
+            elif o.outcome == "skipped":
+                ET.SubElement(case, "skipped", {"message": _first_line(message) or "skipped"})
+            ET.SubElement(case, "system-out").text = _summary(props)
+        totals["tests"] += len(cases)
+        totals["failures"] += failures
+        total_time += seconds
     for k, n in totals.items():
         root.set(k, str(n))
-    root.set("time", f"{total_time:.6f}")
+    root.set("time", _time(total_time))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

@@ -76,6 +76,12 @@ def write_report(folder: Path, summary: StudySummary, rows: Sequence[TrialRow],
     md = folder / f"{slug}.md"
     md.write_text(_markdown(summary, ordered, best, history.name, importance.name if bars else None),
                   encoding="utf-8")
+    # What `ktune report` needs to place the plots: which study they are of.
+    index = {"target": summary.target, "device": summary.device, "key": {str(k): v for k, v in summary.key.items()},
+             "sampler": summary.sampler, "best_us": summary.best_us, "best_params": dict(summary.best_params or {}),
+             "history": history.name, "importance": importance.name if bars else None, "report": md.name}
+    (folder / f"{slug}.json").write_text(json.dumps(index, indent=2, sort_keys=True, default=str) + "\n",
+                                         encoding="utf-8")
     return md
 
 

@@ -49,8 +49,7 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
     x0, x1 = _LEFT, _W - _RIGHT
     y0, y1 = _H - _BOTTOM, _TOP  # screen y grows downwards: y0 is the bottom of the plot area
     parts = svg_open(_W, _H)
-    parts.append(_text(12, 20, f"Trial history: {_one_line(summary.target, 70)} on "
-                               f"{_one_line(summary.device, 40)}", weight="bold"))
+    parts.append(_text(12, 20, history_title(summary), weight="bold"))
 
     # x: trial numbers, padded so that the first and last points clear the axes.
     numbers = [r.number for r in ordered] or [0]
@@ -119,6 +118,24 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
     parts += _legend(timed, marked, y=38)
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+TITLE_CHARS = int((_W - 24) / _CHAR_W)  # what the chart's width holds at the title's font size
+
+
+def history_title(summary: StudySummary) -> str:
+    """``Trial history: TARGET [KEY] on DEVICE``, cut to the chart's width: the target's folders and the
+    device's name give way first, never the key that tells one study of a target from another."""
+    key = ", ".join(f"{k}={v}" for k, v in summary.key.items())
+    target, device = _one_line(summary.target, 200), _one_line(summary.device, 200)
+    fixed = len("Trial history:  [] on ") + len(key)
+    room = max(TITLE_CHARS - fixed, 20)
+    if len(target) + len(device) > room:
+        device = _one_line(device, max(room - min(len(target), room // 2), 8))
+        if len(target) + len(device) > room:
+            name = target.rpartition("::")[2]
+            target = name if len(name) + len(device) <= room else _one_line(name, max(room - len(device), 8))
+    return f"Trial history: {target} [{key}] on {device}"
 
 
 def _legend(timed: Sequence[TrialRow], marked: Sequence[TrialRow], y: float) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -46,7 +47,7 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
     rows = []
     for t in tunes:
         key = key_label(t.key)
-        params = " ".join(f"{k}={v}" for k, v in t.best_params.items())
+        params = _fit(" ".join(f"{k}={v}" for k, v in t.best_params.items()), 40)
         trials = f"{t.timed}" + (f" (+{t.infeasible} infeasible, {t.failed} failed)" if t.infeasible or t.failed
                                  else "")
         outcome = ("written" if t.written else "accepted, not written") if t.accepted else "kept"
@@ -54,20 +55,48 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
                      outcome])
     lines = _table(header, rows, {3, 4, 5})
     lines.append("")
-    lines.extend(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}" for t in tunes)
+    for t in tunes:
+        lines.extend(_wrap(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}"))
     return lines
 
 
+WIDTH = 120  # the summary fits a terminal this wide: a cell that would not is cut short with "…"
+
+
+def _wrap(text: str) -> list[str]:
+    """A note as lines of at most ``WIDTH`` columns (a word longer than that, a path, stays whole)."""
+    return textwrap.wrap(text, WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False) or [""]
+
+
+def _fit(cell: str, width: int) -> str:
+    return cell if len(cell) <= width else cell[: width - 1] + "…"
+
+
 def summary_table(results: Sequence[PerfResult]) -> list[str]:
-    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict."""
-    header = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
+    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict.
+
+    Where every result ran on one device (the usual run), the device is said once, above the table;
+    otherwise each row names its backend and device. Target and case names are cut so that a row
+    fits ``WIDTH`` columns."""
+    devices = {(r.backend, r.device) for r in results}
+    one = len(devices) == 1
+    header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline µs", "ratio", "GB/s",
               "% copy BW", "verdict"]
-    rows = [[r.target, r.case, f"{r.backend} / {r.device}", _us(r.time_us), _us(r.baseline_us),
-             f"{r.ratio:.3f}" if r.ratio is not None else "-",
+    rows = [[r.target, r.case, *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
+             _us(r.baseline_us), f"{r.ratio:.3f}" if r.ratio is not None else "-",
              f"{r.gbps:.1f}" if r.gbps is not None else "-",
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
-    return _table(header, rows, {3, 4, 5, 6, 7})
+    right = {i for i, h in enumerate(header) if h in ("time µs", "baseline µs", "ratio", "GB/s", "% copy BW")}
+    rest = sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in range(2, len(header)))
+    room = max(WIDTH - rest - 2, 24)  # for the target and case columns together
+    t_w = max(len(header[0]), min(max(len(r[0]) for r in rows), room // 2))
+    for row in rows:
+        row[0] = _fit(row[0], t_w)
+        row[1] = _fit(row[1], max(room - t_w, len(header[1])))
+    lines = [f"on {b} / {d}" if d else f"on {b}" for b, d in devices] if one else []
+    return lines + _table(header, rows, right)
 
 
 def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> list[tuple[str, list[str]]]:
@@ -80,10 +109,11 @@ def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> lis
         notes = [r for r in run.results if r.note and r.verdict != "no baseline"]
         if notes or missing:
             lines.append("")
-        lines.extend(f"{r.target}[{r.case}]: {r.note}" for r in notes)
+        for r in notes:
+            lines.extend(_wrap(f"{r.target}[{r.case}]: {r.note}"))
         if missing:
-            lines.append(f"{len(missing)} case(s) have no baseline for this device: run with "
-                         "--ktune-update-baseline to record them in the params file")
+            lines.extend(_wrap(f"{len(missing)} case(s) have no baseline for this device: run with "
+                               "--ktune-update-baseline to record them in the params file"))
         out.append(("ktune summary", lines))
     if run.tunes:
         out.append(("ktune tuning", tune_table(run.tunes)))

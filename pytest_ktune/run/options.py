@@ -4,7 +4,8 @@ parsed and checked in one place, so that both skins mean the same by the same op
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_ktune.agent import AgentSettings, ModelSettings
@@ -12,6 +13,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, DEFAULT_SAMPLER, DEFAULT_WRITE
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.gate.decision import Threshold
+from pytest_ktune.run.config import OptionError, Resolved
 from pytest_ktune.run.extensions import HookRelay, resolve
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.tuner.settings import TuneSettings
@@ -41,22 +43,39 @@ class RunOptions:
     command: str = ""
     item_timeout: float = 600.0
     skip_unavailable: bool = False
+    params_configured: Path | None = None  # the params file the project's files name (below KTUNE_PARAMS)
+    origins: Mapping[str, str] = field(default_factory=dict)  # where each option came from (run.config)
+
+    def named(self, name: str, flag: str) -> str:
+        """How a message names the option: its flag, or where it was set when that was not the
+        command line."""
+        origin = self.origins.get(name, "default")
+        return flag if origin in ("default", "command line") else f"{name} (set in {origin})"
 
 
-class OptionError(KtuneError):
-    """An option that cannot be used as given; the message names it."""
+def run_options(resolved: Resolved, *, root: Path, command: str) -> RunOptions:
+    """The options ``run.config.resolve`` merged from the command line, the environment and the files."""
+    v = resolved.values
+    return RunOptions(
+        root=root, params=v["params"], params_configured=resolved.params_configured, backend=v["backend"],
+        threshold=v["threshold"], update_baseline=v["update_baseline"], seed=v["seed"], tune=v["tune"],
+        autotune=v["autotune"], trials=v["trials"], tune_timeout=v["tune_timeout"], sampler=v["sampler"],
+        storage=v["storage"], write=v["write"], trial_timeout=v["trial_timeout"], agent=v["agent"],
+        model=v["model"], agent_iterations=v["agent_iterations"], command=command,
+        item_timeout=v["item_timeout"], skip_unavailable=v["skip_unavailable"], origins=dict(resolved.origins))
 
 
 def build(opts: RunOptions, hook: HookRelay) -> Settings:
     """The run's settings; an OptionError names the option that is wrong and what to give instead."""
 
     if opts.item_timeout <= 0:
-        raise OptionError(f"--ktune-item-timeout {opts.item_timeout:g} leaves no time to run a kernel",
+        raise OptionError(f"{opts.named('item_timeout', '--ktune-item-timeout')} {opts.item_timeout:g} leaves no "
+                          "time to run a kernel",
                           hint="give a positive number of seconds, e.g. 600")
     try:
         threshold = Threshold.parse(opts.threshold)
     except KtuneError as exc:
-        raise OptionError(f"--ktune-threshold: {exc.message}", hint=exc.hint) from None
+        raise OptionError(f"{opts.named('threshold', '--ktune-threshold')}: {exc.message}", hint=exc.hint) from None
     tuning = opts.tune or opts.autotune
     tune = None
     if tuning:
@@ -78,7 +97,8 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
                          write=opts.write if tuning else None)
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return Settings(
-        root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root),
+        root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root,
+                                                  configured=opts.params_configured),
         backend=opts.backend, threshold=threshold, update_baseline=opts.update_baseline, seed=seed,
         tune=tune, autotune=opts.autotune and not opts.tune, write_mode=opts.write, command=opts.command,
         agent=agent, extensions=extensions, item_timeout_s=opts.item_timeout,

@@ -8,7 +8,6 @@ from ``gate.verdict``; tuning goes through the one orchestration of ``run.tuning
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -186,7 +185,7 @@ class Session:
             self.tuning = Tuning(root=self.settings.root, params_path=self.settings.params_path,
                                  backend=device.backend, settings=self.settings.tune,
                                  extensions=self.settings.extensions, agent=self.settings.agent,
-                                 progress=_progress_stream(), command=self.settings.command,
+                                 progress=self.settings.progress, command=self.settings.command,
                                  write_mode=self.settings.write_mode)
         if device.backend not in target.sources:
             raise Skip(f"{target.name} has no {device.backend} source")
@@ -239,8 +238,3 @@ class Session:
         self.updates = {}
         return f"wrote {n} baseline record(s) to {self.settings.params_path}"
 
-
-def _progress_stream() -> Any:
-    """Where a tune's progress line goes under pytest: the real stderr when it is a terminal."""
-    stream = sys.__stderr__
-    return stream if stream is not None and stream.isatty() else None

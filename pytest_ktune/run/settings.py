@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from pytest_ktune.core.names import AUTO, DEFAULT_WRITE
 from pytest_ktune.gate.decision import Threshold
@@ -35,6 +35,7 @@ class Settings:
     extensions: Extensions = field(default_factory=Extensions)
     item_timeout_s: float = 600.0  # how long one item's kernels may run before they count as hung
     skip_unavailable: bool = False  # a backend that cannot run skips its items instead of failing the run
+    progress: TextIO | None = None  # where a tune's live progress line goes (None: nowhere)
 
     @property
     def scratch(self) -> Path:

@@ -13,7 +13,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
-from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.encoding import Encoding, stored_mode
 from pytest_ktune.tuner.loop import StudyLoop
 from pytest_ktune.tuner.samplers import make_sampler
 from pytest_ktune.tuner.settings import TuneSettings
@@ -61,7 +61,7 @@ def join_studies(root: Path, settings: TuneSettings, names: Sequence[str] | None
                                  hint="run the worker from the same revision of the project")
             spec = WorkerSpec(target=TargetRef.of(target), backend=backend, cases=tuple(attrs["cases"]),
                               cache_dir=str(root / ".ktune" / "cache" / backend))
-            enc = Encoding(target)
+            enc = Encoding.for_sampler(target, settings.sampler, stored_mode(storage, summary.study_name))
             study = optuna.load_study(study_name=summary.study_name, storage=storage,
                                       sampler=make_sampler(settings.sampler, settings.seed, enc,
                                                            list(target.space.feasible(attrs["key"]))))

@@ -27,7 +27,7 @@ from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
-from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.encoding import Encoding, check_space, label_study, stored_mode
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
 from pytest_ktune.tuner.outcome import StudySummary, TuneOutcome
 from pytest_ktune.tuner.priors import device_priors, element_types, in_bytes, leading
@@ -90,11 +90,9 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         target.check_config(dict(target.default), key, "default configuration")  # raises, naming the target
         raise SpaceError("the space has no valid point for this key", where=target.where,
                          hint="widen the Space or relax a constraint")
-    enc = Encoding(target)
     make = ctx.sampler_factory or builtin_factory(settings.sampler)
     if make is None:
         raise unknown_sampler(settings.sampler)
-    sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(feasible)))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tid = target_id(target, ctx.root)
     spec = WorkerSpec(target=TargetRef.of(target), backend=ctx.backend, cases=tuple(case_indices),
@@ -114,8 +112,14 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         lock = study_lock(ctx.scratch, name) if settings.storage is None else contextlib.nullcontext()
         with lock:
             try:
+                enc = Encoding.for_sampler(target, settings.sampler, stored_mode(storage, name))
+                check_space(storage, name, enc, target, storage_name)
+                sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(feasible)))
                 study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                             direction="minimize", load_if_exists=True)
+                label_study(study, enc)
+            except KtuneError:
+                raise
             except Exception as exc:
                 raise KtuneError(f"cannot open the study {name!r} in {storage_name}: "
                                  f"{type(exc).__name__}: {_first_line(str(exc))}",

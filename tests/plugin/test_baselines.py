@@ -10,8 +10,8 @@ import pytest_ktune
 
 from ._kit import Project, add_target, case, scale_target, summary_rows, table_header
 
-TABLE_HEADER = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
-                "% copy BW", "verdict"]
+# One device: it is named once, above the table ("on opencl / DEVICE"), not on every row.
+TABLE_HEADER = ["target", "case", "time µs", "baseline µs", "ratio", "GB/s", "% copy BW", "verdict"]
 
 # Two cases share the key N=4096, so they share one record; the third has a record of its own.
 SCALE = scale_target(
@@ -32,7 +32,7 @@ def test_without_a_baseline_the_perf_items_pass_with_a_note(project: Project) ->
     rows = summary_rows(result)
     assert set(rows) == {("add", "n4096"), ("scale", "small")}
     assert {row[-1] for row in rows.values()} == {"no baseline"}
-    assert {row[4] for row in rows.values()} == {"-"}
+    assert {row[3] for row in rows.values()} == {"-"}
     result.stdout.fnmatch_lines([
         "2 case(s) have no baseline for this device: run with --ktune-update-baseline to record them "
         "in the params file",
@@ -82,21 +82,22 @@ def test_update_baseline_writes_a_stable_file_that_the_next_run_compares_against
 
     compared = project.run()
     compared.assert_outcomes(passed=8)
-    header = compared.stdout.lines[table_header(compared)]
+    at = table_header(compared)
+    header = compared.stdout.lines[at]
     assert re.split(r"\s{2,}", header.strip()) == TABLE_HEADER
+    assert compared.stdout.lines[at - 1].startswith("on opencl / ")
     rows = summary_rows(compared)
     assert set(rows) == {("add", "n4096"), ("scale", "small"), ("scale", "half"), ("scale", "large")}
     for (target, case_id), row in rows.items():
         key = 16384 if case_id == "large" else 4096
         timing = by_key[f"kernels.py::{target}", key]["timings"][case_id]
-        assert row[2].startswith("opencl / ")
-        assert abs(_number(row[4]) - timing["median_us"]) <= 0.01 * timing["median_us"]
-        assert abs(_number(row[5]) - _number(row[3]) / _number(row[4])) < 0.05 * _number(row[5]) + 0.01
+        assert abs(_number(row[3]) - timing["median_us"]) <= 0.01 * timing["median_us"]
+        assert abs(_number(row[4]) - _number(row[2]) / _number(row[3])) < 0.05 * _number(row[4]) + 0.01
         assert row[-1] in {"ok", "drift", "faster"}, row
         if target == "scale":
-            assert _number(row[6]) > 0 and row[7].endswith("%")
+            assert _number(row[5]) > 0 and row[6].endswith("%")
         else:
-            assert row[6] == row[7] == "-"
+            assert row[5] == row[6] == "-"
     compared.stdout.no_fnmatch_line("*no baseline*")
     # A run that only compares leaves the file alone.
     assert project.params_path.read_text() == text

@@ -90,3 +90,14 @@ def test_the_header_names_seed_backend_and_params_file(project: Project) -> None
         "ktune: seed 77 (rerun with --ktune-seed 77), threshold median:5%, params *ktune-params.json",
         "ktune: backend opencl on *",
     ])
+
+
+def test_a_skip_points_at_the_target_not_at_the_plugin(project: Project) -> None:
+    only_cuda = "ktune.Case(id='gpu', x=ktune.Tensor((4096,)), a=2.0, backends=['cuda'])"
+    project.write(scale_target(cases=only_cuda))
+    declared = next(i for i, line in enumerate((project.path / "kernels.py").read_text().splitlines(), 1)
+                    if line.startswith("scale = ktune.target("))
+    result = project.run("-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([f"SKIPPED [[]2[]] kernels.py:{declared}: case declared for cuda only, not opencl"])
+    assert "pytest_ktune" not in result.stdout.str()

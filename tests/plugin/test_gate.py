@@ -96,6 +96,19 @@ def test_a_worse_recorded_configuration_fails_its_perf_item(gated: Project) -> N
     assert "source " not in message.split("Changed since the baseline")[1]
 
 
+def test_a_target_with_its_own_threshold_passes_a_slowdown_within_it(gated: Project) -> None:
+    kernels = gated.path / "kernels.py"
+    # This target allows 10x, whatever the run's threshold says; its source now costs about 3x.
+    kernels.write_text(kernels.read_text().replace("reference=scaled,", 'reference=scaled, threshold="median:900%",'))
+    source = gated.path / "scale.cl"
+    source.write_text(source.read_text().replace("r < REPEAT;", "r < 3 * REPEAT;"))
+
+    result = gated.run("-v", "--ktune-threshold=median:1%")
+    result.assert_outcomes(passed=4)
+    rows = summary_rows(result)
+    assert rows["scale", "n16k"][-1] == "ok" and float(rows["scale", "n16k"][4]) > 1.5, rows
+
+
 def test_a_change_that_does_not_slow_the_kernel_passes(gated: Project) -> None:
     source = gated.path / "scale.cl"
     source.write_text("// Scales x by a.\n" + source.read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 from plugin._kit import scale_target
 
@@ -173,13 +174,12 @@ def timed(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def decode(trial: FrozenTrial, space: Space) -> dict[str, Any]:
-    """A trial's configuration. The tuner hands Optuna numeric parameters as indices into their
-    sorted values, and others as they are."""
+    """A trial's configuration. The tuner stores the real values (a CMA-ES study: numeric parameters
+    as their positions among the sorted values)."""
     out = {}
     for name, raw in trial.params.items():
-        values = space[name]
-        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        out[name] = sorted(values)[int(raw)] if numeric else raw
+        positions = isinstance(trial.distributions[name], IntDistribution)
+        out[name] = sorted(space[name])[int(raw)] if positions else raw
     return out
 
 

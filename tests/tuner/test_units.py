@@ -21,7 +21,7 @@ from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, target_id
 from pytest_ktune.measure.worker import ABOutcome, CaseTime
 from pytest_ktune.tuner.decide import decide
-from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.encoding import POSITIONS, VALUES, Encoding
 from pytest_ktune.tuner.settings import TuneSettings
 from pytest_ktune.tuner.tune import warm_starts
 
@@ -63,26 +63,38 @@ def config(**changes: Value) -> dict[str, Value]:
 # -- the encoding ------------------------------------------------------------------------------
 
 
-def test_numeric_parameters_become_ordered_indices_and_the_rest_stay_categories() -> None:
+def test_studies_store_the_parameters_real_values() -> None:
     enc = Encoding(TARGET)
+    assert enc.mode == VALUES
     assert enc.values == {"BLOCK": (64, 128, 256), "VEC": (1, 2, 4), "ALPHA": (0.25, 0.5),
                           "LAYOUT": ("row", "col"), "FAST": (True, False)}
+    assert enc.distributions["BLOCK"] == CategoricalDistribution([64, 128, 256])
+    assert enc.distributions["ALPHA"] == CategoricalDistribution([0.25, 0.5])
+    assert enc.distributions["LAYOUT"] == CategoricalDistribution(["row", "col"])
+    assert enc.distributions["FAST"] == CategoricalDistribution([True, False])  # bools are not numbers here
+    point = config(BLOCK=256, VEC=1, ALPHA=0.25, LAYOUT="col", FAST=True)
+    assert enc.encode(point) == point == enc.decode(point)
+
+
+def test_cmaes_studies_store_numeric_parameters_as_their_positions() -> None:
+    enc = Encoding.for_sampler(TARGET, "cmaes")
+    assert enc.mode == POSITIONS and Encoding.for_sampler(TARGET, "bo").mode == VALUES
     assert enc.distributions["BLOCK"] == IntDistribution(0, 2)
     assert enc.distributions["VEC"] == IntDistribution(0, 2)
     assert enc.distributions["ALPHA"] == IntDistribution(0, 1)
     assert enc.distributions["LAYOUT"] == CategoricalDistribution(["row", "col"])
-    assert enc.distributions["FAST"] == CategoricalDistribution([True, False])  # bools are not numbers here
     assert not enc.numeric
     assert Encoding(NUMERIC_TARGET).numeric
 
     encoded = enc.encode(config(BLOCK=256, VEC=1, ALPHA=0.25, LAYOUT="col", FAST=True))
     assert encoded == {"BLOCK": 2, "VEC": 0, "ALPHA": 0, "LAYOUT": "col", "FAST": True}
-    # The order of the values survives: a larger block is a larger index.
+    # The order of the values survives: a larger block is a larger position.
     assert [enc.encode(config(BLOCK=b))["BLOCK"] for b in (64, 128, 256)] == [0, 1, 2]
 
 
-def test_every_point_round_trips_through_the_encoding() -> None:
-    enc = Encoding(TARGET)
+@pytest.mark.parametrize("mode", [VALUES, POSITIONS])
+def test_every_point_round_trips_through_the_encoding(mode: str) -> None:
+    enc = Encoding(TARGET, mode)
     for point in TARGET.space.points():
         encoded = enc.encode(point)
         for name, raw in encoded.items():
@@ -92,10 +104,11 @@ def test_every_point_round_trips_through_the_encoding() -> None:
         assert config_key(enc.decode(encoded)) == config_key(point)
 
 
-def test_configurations_round_trip_through_a_stored_study(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [VALUES, POSITIONS])
+def test_configurations_round_trip_through_a_stored_study(tmp_path: Path, mode: str) -> None:
     """Enqueued as the tuner does, asked back from a journal on disk, decoded: the same values and types."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    enc = Encoding(TARGET)
+    enc = Encoding(TARGET, mode)
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "studies.journal")))
     study = optuna.create_study(study_name="unit", storage=storage)
     points = list(TARGET.space.points())[::7]

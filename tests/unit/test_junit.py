@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 from pytest_ktune.gate.verdict import PerfResult
@@ -53,16 +54,23 @@ def _report() -> ET.Element:
         _outcome("correct", "n4096", target="kernels/silu.py::silu_and_mul"),
         _outcome("perf", "n4096", "error", "setup failed", target="kernels/silu.py::silu_and_mul"),
     ]
-    results = [_perf("T64", "REGRESSION", 13.1, 12.5, note="same-run A/B: ..."), _perf("T1", "ok", 3.0, 3.1)]
+    regression = replace(_perf("T64", "REGRESSION", 13.1, 12.5, note="same-run A/B: ..."), ratio=1.05)  # the A/B's
+    results = [regression, _perf("T1", "ok", 3.0, 3.1)]
     text = build(outcomes, results, [_tune()], backend="cuda", device=DEVICE, timestamp="2026-11-30T12:00:00")
     assert text.startswith('<?xml version="1.0" encoding="utf-8"?>\n')
     return ET.fromstring(text)
 
 
-def _props(tc: ET.Element) -> dict[str, str]:
-    holder = tc.find("properties")
-    assert holder is not None
-    return {p.get("name", ""): p.get("value", "") for p in holder.findall("property")}
+SCHEMA = Path(__file__).resolve().parents[1] / "data" / "junit-10.xsd"
+
+
+def _props(root: ET.Element, classname: str, name: str) -> dict[str, str]:
+    """A testcase's properties: those of its suite named after it (``perf[T64].time_us``), and the suite's own."""
+    suite = next(s for s in root.findall("testsuite") if any(
+        tc.get("classname") == classname and tc.get("name") == name for tc in s.findall("testcase")))
+    props = {p.get("name", ""): p.get("value", "") for p in suite.findall("properties/property")}
+    own = {k[len(name) + 1:]: v for k, v in props.items() if k.startswith(f"{name}.")}
+    return {**{k: v for k, v in props.items() if "." not in k and "[" not in k}, **own}
 
 
 def _case(root: ET.Element, classname: str, name: str) -> ET.Element:
@@ -71,12 +79,21 @@ def _case(root: ET.Element, classname: str, name: str) -> ET.Element:
     return found[0]
 
 
+def test_the_document_is_valid_against_the_junit_10_schema(tmp_path: Path) -> None:
+    import xmlschema
+
+    schema = xmlschema.XMLSchema(str(SCHEMA))
+    text = ET.tostring(_report(), encoding="unicode")
+    schema.validate(text)  # raises with the first problem
+    schema.validate(build([], backend="opencl", device=""))
+
+
 def test_the_document_has_the_structure_ci_readers_expect() -> None:
     root = _report()
     assert root.tag == "testsuites"
-    assert {k: root.get(k) for k in ("tests", "failures", "errors", "skipped")} == \
-        {"tests": "8", "failures": "3", "errors": "1", "skipped": "1"}
-    assert float(root.get("time", "")) == 2.0
+    # An error (a check that could not run to its end) is a failure of type error: the schema has no error element.
+    assert {k: root.get(k) for k in ("tests", "failures", "errors")} == {"tests": "8", "failures": "4", "errors": "0"}
+    assert root.get("time") == "2.000"
     suites = root.findall("testsuite")
     assert [s.get("name") for s in suites] == [TARGET, "kernels/silu.py::silu_and_mul"]
     for suite in suites:
@@ -85,20 +102,18 @@ def test_the_document_has_the_structure_ci_readers_expect() -> None:
         for attr in ("failures", "errors", "skipped", "time", "timestamp", "hostname"):
             assert suite.get(attr) is not None, attr
         assert int(suite.get("failures", "")) == sum(1 for c in cases if c.find("failure") is not None)
-        assert int(suite.get("errors", "")) == sum(1 for c in cases if c.find("error") is not None)
         assert int(suite.get("skipped", "")) == sum(1 for c in cases if c.find("skipped") is not None)
         suite_props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
         assert suite_props["backend"] == "cuda" and suite_props["device"] == DEVICE
         for tc in cases:
             assert tc.get("classname") and tc.get("name")
-            float(tc.get("time", "x"))
-            assert tc[0].tag == "properties"  # properties come first, as pytest writes them
-            for p in tc.findall("properties/property"):
-                assert set(p.attrib) == {"name", "value"}
-            for result in ("failure", "error"):
-                el = tc.find(result)
-                if el is not None:
-                    assert el.get("message") and el.text
+            assert tc.get("time") == "0.250"  # three decimals, as the schema's time allows
+            assert tc.find("properties") is None
+            out = tc.find("system-out")
+            assert out is not None and "verdict" in (out.text or "")
+            el = tc.find("failure")
+            if el is not None:
+                assert el.get("message") and el.text
 
 
 def test_names_and_classnames() -> None:
@@ -111,30 +126,44 @@ def test_names_and_classnames() -> None:
 
 
 def test_a_regression_is_a_failure_that_carries_the_numbers() -> None:
-    tc = _case(_report(), "kernels.rmsnorm.rmsnorm", "perf[T64]")
+    root = _report()
+    tc = _case(root, "kernels.rmsnorm.rmsnorm", "perf[T64]")
     failure = tc.find("failure")
     assert failure is not None
     assert failure.get("type") == "regression"
     message = failure.get("message", "")
     assert "13.10 µs against a baseline of 12.50 µs" in message and "p=0.0001" in message
     assert failure.text == REGRESSION
-    props = _props(tc)
+    props = _props(root, "kernels.rmsnorm.rmsnorm", "perf[T64]")
     assert props["verdict"] == "REGRESSION"
     assert props["time_us"] == "13.1000" and props["baseline_us"] == "12.5000" and props["ratio"] == "1.0480"
+    assert props["ab_ratio"] == "1.0500"  # the A/B's own ratio, beside the one of the two times
     assert json.loads(props["params"]) == {"BLOCK": 256, "VEC": 4}
     assert props["backend"] == "cuda" and props["device"] == DEVICE
     assert props["target"] == TARGET
+    assert props["note"] == "same-run A/B: ..."
+
+
+def test_properties_agree_and_notes_stay_on_their_own_testcase() -> None:
+    root = _report()
+    for name in ("perf[T64]", "perf[T1]", "tune[T64-H4096]"):
+        props = _props(root, "kernels.rmsnorm.rmsnorm", name)
+        assert abs(float(props["ratio"]) - float(props["time_us"]) / float(props["baseline_us"])) < 1e-4, name
+    correct = _props(root, "kernels.rmsnorm.rmsnorm", "correct[T64]")
+    # The correctness check's testcase carries neither the performance item's note nor its numbers.
+    assert not {"note", "time_us", "baseline_us", "ratio", "ab_ratio"} & set(correct)
+    assert "A/B" not in (_case(root, "kernels.rmsnorm.rmsnorm", "correct[T64]").findtext("system-out") or "")
 
 
 def test_passing_skipped_and_errored_items() -> None:
     root = _report()
-    ok = _props(_case(root, "kernels.rmsnorm.rmsnorm", "correct[T64]"))
+    ok = _props(root, "kernels.rmsnorm.rmsnorm", "correct[T64]")
     assert ok["verdict"] == "ok" and json.loads(ok["params"]) == {"BLOCK": 256, "VEC": 4}
     skipped = _case(root, "kernels.rmsnorm.rmsnorm", "perf[T1]").find("skipped")
     assert skipped is not None and skipped.get("message") == "case declared for cuda only, not opencl"
-    error = _case(root, "kernels.silu.silu_and_mul", "perf[n4096]").find("error")
-    assert error is not None and error.get("message") == "setup failed"
-    assert _props(_case(root, "kernels.silu.silu_and_mul", "correct[n4096]"))["device"] == DEVICE
+    error = _case(root, "kernels.silu.silu_and_mul", "perf[n4096]").find("failure")
+    assert error is not None and error.get("message") == "setup failed" and error.get("type") == "error"
+    assert _props(root, "kernels.silu.silu_and_mul", "correct[n4096]")["device"] == DEVICE
 
 
 def test_colour_codes_and_control_characters_are_dropped() -> None:
@@ -146,7 +175,7 @@ def test_colour_codes_and_control_characters_are_dropped() -> None:
 
 
 def test_a_tune_item_has_the_best_and_current_times() -> None:
-    props = _props(_case(_report(), "kernels.rmsnorm.rmsnorm", "tune[T64-H4096]"))
+    props = _props(_report(), "kernels.rmsnorm.rmsnorm", "tune[T64-H4096]")
     assert props["verdict"] == "written"
     assert props["time_us"] == "10.0000" and props["baseline_us"] == "12.5000" and props["ratio"] == "0.8000"
     assert json.loads(props["params"]) == {"BLOCK": 512, "VEC": 8}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import xml.etree.ElementTree as ET
@@ -67,7 +68,11 @@ def test_writes_markdown_and_both_charts_next_to_each_other(tmp_path: Path) -> N
     slug = report_slug(TARGET, DEVICE, KEY)
     assert md == folder / f"{slug}.md"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        [f"{slug}.md", f"{slug}-history.svg", f"{slug}-importance.svg"])
+        [f"{slug}.md", f"{slug}-history.svg", f"{slug}-importance.svg", f"{slug}.json"])
+    # The index ktune report reads to place the plots.
+    index = json.loads((folder / f"{slug}.json").read_text())
+    assert index["target"] == TARGET and index["history"] == f"{slug}-history.svg"
+    assert index["importance"] == f"{slug}-importance.svg" and index["report"] == md.name
     text = md.read_text(encoding="utf-8")
     # Linked relatively, so the folder can move.
     assert f"]({slug}-history.svg)" in text
@@ -341,3 +346,17 @@ def test_importances_of_never_raises() -> None:
             raise RuntimeError("storage went away")
 
     assert importances_of(Broken()) is None  # type: ignore[arg-type]
+
+
+def test_the_history_title_keeps_the_key_whatever_the_names() -> None:
+    from pytest_ktune.report.svg import TITLE_CHARS, history_title
+
+    base = _summary()
+    long = replace(base, target="a/very/deep/folder/of/kernels/fused_add_rmsnorm_long_name.py::fused_add_rmsnorm",
+                   device="NVIDIA H200 with an extraordinarily long marketing name, 141 GB HBM3e [cuda]",
+                   key={"T": 16384, "H": 4096, "dtype": "float16"})
+    for s in (base, long):
+        title = history_title(s)
+        assert "[" + ", ".join(f"{k}={v}" for k, v in s.key.items()) + "]" in title, title
+        assert len(title) <= TITLE_CHARS, (len(title), title)
+    assert "fused_add_rmsnorm" in history_title(long) and " on NVIDIA H200" in history_title(long)
