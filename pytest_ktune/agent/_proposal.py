@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.launch import cdiv
+from pytest_ktune.core.expression import EvaluationError, Expression
 from pytest_ktune.core.space import Space, Value, checked_expression
 from pytest_ktune.core.target import BACKENDS
 
@@ -72,7 +73,7 @@ class LaunchExpr:
 
     text: str
     names: frozenset[str]
-    _code: Any = field(repr=False, compare=False)
+    _code: Expression = field(repr=False, compare=False)
 
     @classmethod
     def parse(cls, text: str, what: str = "launch") -> LaunchExpr:
@@ -91,11 +92,9 @@ class LaunchExpr:
             raise KtuneError(f"the launch expression {self.text!r} names {', '.join(missing)}, which is "
                              f"not bound here (known: {', '.join(sorted(values))})",
                              hint="use parameters, key dimensions, block/grid, or integers the wrapper binds")
-        scope: dict[str, Any] = dict(_LAUNCH_FUNCS)
-        scope.update(values)
         try:
-            out = eval(self._code, {"__builtins__": {}}, scope)
-        except (ZeroDivisionError, TypeError, ValueError) as exc:
+            out = self._code.evaluate(values)
+        except (ZeroDivisionError, EvaluationError) as exc:
             raise KtuneError(f"the launch expression {self.text!r} failed: {type(exc).__name__}: {exc}",
                              hint="check the expression for these values: " + _kv(values)) from None
         dims = out if isinstance(out, tuple) else (out,)
