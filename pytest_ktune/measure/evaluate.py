@@ -18,6 +18,7 @@ from pytest_ktune.core.compare import DEVICE_KINDS
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.bench import rotation_for, should_flush
+from pytest_ktune.measure.guards import Guards
 from pytest_ktune.measure.runtime import run, to_host_tree
 from pytest_ktune.measure.verify import as_outputs, call_reference, check_outputs, check_structure, draw_inputs, upload
 
@@ -174,7 +175,8 @@ def passes_on_device(job: Job, result: Any, expected: Any, seed: int, cache: Inp
 
 def verify_once(job: Job, params: Mapping[str, Value], seed: int, *, repro: str = "",
                 source: str | None = None, cache: InputCache | None = None) -> list[Launch]:
-    """Run ``params`` on inputs drawn from ``seed`` with poisoned outputs; raise unless they match the
+    """Run ``params`` on inputs drawn from ``seed`` with poisoned outputs, every buffer inside guards
+    (``measure.guards``: a write outside a buffer raises GuardError); raise unless they match the
     reference. Returns the launches of the run. With ``cache``, inputs and reference drawn before for
     the same case and seed are reused (the outputs are still fresh and poisoned), and so is the
     reference's copy on the device.
@@ -188,9 +190,12 @@ def verify_once(job: Job, params: Mapping[str, Value], seed: int, *, repro: str 
     else:
         host = draw_inputs(job.case, seed)
         expected = call_reference(job.target, host)
-    result, launches = run(job.backend, job.target, params, upload(job.backend, host), poison=True,
-                           source=source)
+    guards = Guards.for_backend(job.backend)
+    result, launches = run(job.backend, job.target, params, upload(job.backend, host, guards), poison=True,
+                           source=source, alloc=guards.output if guards is not None else None)
     job.backend.synchronize()
+    if guards is not None:
+        guards.check(job.case_id, job.target.where)
     if passes_on_device(job, result, expected, seed, cache):
         return launches
     got = to_host_tree(job.backend, result)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ class Kernel:
     default_name: str
     poison: bool = False
     recorded: list[Launch] = field(default_factory=list)
+    # In checks, the guarded allocation of outputs (``measure.guards.Guards.output``); None: the backend's own.
+    alloc: Callable[[tuple[int, ...], Any, bool], Any] | None = field(default=None, repr=False)
 
     def __getitem__(self, name: str) -> Any:
         """A parameter's value, as the Space declares it (``kernel["BLOCK"]``)."""
@@ -42,6 +44,8 @@ class Kernel:
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
+        if self.alloc is not None:
+            return self.alloc(shp, dtype, self.poison)
         return self.backend.empty(shp, dtype, poison=self.poison)
 
     def empty_like(self, a: Any) -> Any:
@@ -103,11 +107,13 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
 
 
 def run(backend: Backend, target: Target, params: Mapping[str, Value], bound: Mapping[str, Any], *,
-        poison: bool = False, source: str | None = None) -> tuple[Any, list[Launch]]:
-    """Run the target's function once; return its result and the launches it made."""
+        poison: bool = False, source: str | None = None,
+        alloc: Callable[[tuple[int, ...], Any, bool], Any] | None = None) -> tuple[Any, list[Launch]]:
+    """Run the target's function once; return its result and the launches it made. ``alloc`` makes the
+    outputs ``kernel.empty`` asks for (guarded ones, in checks)."""
     try:
         program = compile_target(backend, target, params, target.defines(bound), source)
-        kernel = Kernel(backend, program, dict(params), target.kernel_name, poison=poison)
+        kernel = Kernel(backend, program, dict(params), target.kernel_name, poison=poison, alloc=alloc)
         result = target.fn(kernel, **bound)
     except (CompileError, LaunchError) as exc:
         if exc.where.startswith("target "):
