@@ -36,7 +36,7 @@ from pytest_ktune.core.errors import (
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.bench import BenchConfig, measure, measure_ab
-from pytest_ktune.measure.evaluate import InputCache, Job, timing_sets
+from pytest_ktune.measure.evaluate import InputCache, Job, timing_sets, verify_once
 from pytest_ktune.measure.runtime import compile_target
 
 
@@ -64,6 +64,7 @@ class WorkerSpec:
     cache_dir: str | None = None
     bench: BenchConfig | None = None  # None: the backend's default
     factory: str | None = None  # ``module:qualname`` of a plugin's backend factory (None: built in)
+    verify_only: bool = False  # check each configuration on every case without timing it (times stay empty)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Outcome:
     compile_s: float = 0.0
     run_s: float = 0.0
     resources: Mapping[str, int] = field(default_factory=dict)
+    detail: str = ""  # a compile failure's whole message (the reason is its first error line)
 
     @property
     def value_s(self) -> float:
@@ -137,6 +139,7 @@ class _Evaluator:
         self.cfg = spec.bench or BenchConfig.for_backend(self.backend)
         self.jobs = [Job.of(self.backend, self.target, self.target.cases[i]) for i in spec.cases]
         self.inputs = InputCache()
+        self.verify_only = spec.verify_only
 
     def compile_all(self, configs: Sequence[Mapping[str, Value]]) -> dict[int, tuple[float, str]]:
         """Compile every configuration for every case's defines, in parallel. Returns, per index,
@@ -163,6 +166,12 @@ class _Evaluator:
         resources: dict[str, int] = {}
         try:
             for j, job in enumerate(self.jobs):
+                if self.verify_only:
+                    reason = self._limits(verify_once(job, cfg, seed + 7919 * j, cache=self.inputs), resources)
+                    if reason:
+                        return Outcome(cfg, "infeasible", reason, compile_s=compile_s,
+                                       run_s=time.perf_counter() - t0, resources=resources)
+                    continue
                 sets, flush = timing_sets(job, cfg, seed + 7919 * j, cache=self.inputs)
                 reason = self._limits(sets[0], resources)
                 if reason:
@@ -224,6 +233,9 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+_DETAIL = 20_000  # characters of a compile log an outcome carries
+
+
 def _compile_reason(message: str) -> str:
     """The compiler's first error line (not the list of defines that heads the message), on one line."""
     lines = message.splitlines()
@@ -265,7 +277,7 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
                 secs, error = compiled[i]
                 if error:
                     conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error),
-                                                  compile_s=secs)))
+                                                  compile_s=secs, detail=error[:_DETAIL])))
                     continue
                 try:
                     out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS))
