@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
                            "a verified, faster template is written with --write file. No model: rule-based templater")
     tune.add_argument("--model", default=None, help="the agent's model (default: $KTUNE_MODEL)")
     tune.add_argument("--agent-iterations", type=int, default=12, help="model turns per target (default 12)")
+    tune.add_argument("--agent-wall", type=float, default=1800.0,
+                      help="seconds of one target's agent run, everything included (default 1800)")
+    tune.add_argument("--agent-memory", type=int, default=8192, help="MiB of resident memory (default 8192)")
+    tune.add_argument("--agent-tools", default="auto", choices=("auto", "require", "off"),
+                      help="Oclgrind / compute-sanitizer on accepted templates (default: auto, where installed)")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
@@ -119,6 +124,8 @@ def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
                       sampler=args.sampler, storage=args.storage, write=mode, trial_timeout=args.trial_timeout,
                       agent=getattr(args, "agent", False), model=getattr(args, "model", None),
                       agent_iterations=getattr(args, "agent_iterations", 12),
+                      agent_wall=getattr(args, "agent_wall", 1800.0), agent_memory=getattr(args, "agent_memory", 8192),
+                      agent_tools=getattr(args, "agent_tools", "auto"),
                       command="ktune " + " ".join(sys.argv[1:]))
 
 

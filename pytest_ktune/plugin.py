@@ -75,6 +75,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the agent's model (default: $KTUNE_MODEL; none: the agent is off)")
     group.addoption("--ktune-agent-iterations", type=int, default=12, metavar="N",
                     help="model turns per target before the agent stops (default: 12)")
+    group.addoption("--ktune-agent-wall", type=float, default=1800.0, metavar="SECONDS",
+                    help="wall time of one target's agent run, model calls, checks and searches included "
+                         "(default: 1800)")
+    group.addoption("--ktune-agent-memory", type=int, default=8192, metavar="MIB",
+                    help="resident memory of the agent's run and its worker processes (default: 8192)")
+    group.addoption("--ktune-agent-tools", default="auto", choices=("auto", "require", "off"),
+                    help="run accepted templates under Oclgrind (OpenCL) or compute-sanitizer (CUDA): auto "
+                         "(where installed, the default), require (a missing tool rejects), off")
     group.addoption("--ktune-junit", default=None, metavar="PATH",
                     help="write a JUnit XML report of the ktune items (correct, perf, tune) with their times, "
                          "baselines, ratios and parameters")
@@ -109,7 +117,8 @@ def pytest_configure(config: pytest.Config) -> None:
         autotune=opt("ktune_autotune"), trials=opt("ktune_trials"), tune_timeout=opt("ktune_tune_timeout"),
         sampler=opt("ktune_sampler"), storage=opt("ktune_storage"), write=opt("ktune_write"),
         trial_timeout=opt("ktune_trial_timeout"), agent=opt("ktune_agent"), model=opt("ktune_model"),
-        agent_iterations=opt("ktune_agent_iterations"), command=" ".join(["pytest", *config.invocation_params.args]))
+        agent_iterations=opt("ktune_agent_iterations"), agent_wall=opt("ktune_agent_wall"),
+        agent_memory=opt("ktune_agent_memory"), agent_tools=opt("ktune_agent_tools"), command=" ".join(["pytest", *config.invocation_params.args]))
     try:
         session = Session(build(options, config.hook))
     except KtuneError as exc:

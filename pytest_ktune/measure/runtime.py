@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +13,7 @@ import numpy as np
 
 from pytest_ktune.backends.base import Backend, Dim, Launch, Program, as_dim
 from pytest_ktune.core.errors import CompileError, KtuneError, LaunchError
+from pytest_ktune.core.includes import include_closure, read_local
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 
@@ -98,12 +101,31 @@ class CompileCache:
 CACHE = CompileCache()
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.lru_cache(maxsize=512)
+def _identifiers(*texts: str) -> frozenset[str] | None:
+    """Every identifier of ``texts``; None where one of them pastes tokens (``##``), which can make a name
+    that the text never spells."""
+    if any("##" in t for t in texts):
+        return None
+    return frozenset(name for t in texts for name in _IDENTIFIER.findall(t))
+
+
 def compile_target(backend: Backend, target: Target, params: Mapping[str, Value],
                    extra_defines: Mapping[str, Value], source: str | None = None) -> Program:
-    """Compile the target's source for this backend with ``params`` and ``extra_defines`` as -D macros."""
+    """Compile the target's source for this backend with ``params`` and ``extra_defines`` as -D macros.
+
+    A parameter that neither the source nor a header it includes ever names (a grid cap that only the
+    launch reads, say) cannot change the compiled code, so it is left out of the defines: its values
+    share one compiled program instead of costing a compile each."""
     text = target.source_text(backend.name) if source is None else source
-    defines = {**extra_defines, **params}
-    return CACHE.get(backend, text, defines, str(target.source_path(backend.name)))
+    path = target.source_path(backend.name)
+    named = _identifiers(text, *include_closure(path, text, read_local).values())
+    used = params if named is None else {k: v for k, v in params.items() if k in named}
+    defines = {**extra_defines, **used}
+    return CACHE.get(backend, text, defines, str(path))
 
 
 def run(backend: Backend, target: Target, params: Mapping[str, Value], bound: Mapping[str, Any], *,

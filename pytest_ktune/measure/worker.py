@@ -90,6 +90,8 @@ class Outcome:
     run_s: float = 0.0
     resources: Mapping[str, int] = field(default_factory=dict)
     detail: str = ""  # a compile failure's whole message (the reason is its first error line)
+    # With ``verify_only``: every case that failed its check, with the reason (the first is ``reason``).
+    failed_cases: tuple[tuple[str, str], ...] = ()
 
     @property
     def value_s(self) -> float:
@@ -164,10 +166,18 @@ class _Evaluator:
         t0 = time.perf_counter()
         times = []
         resources: dict[str, int] = {}
+        failed: list[tuple[str, str]] = []
         try:
             for j, job in enumerate(self.jobs):
                 if self.verify_only:
-                    reason = self._limits(verify_once(job, cfg, seed + 7919 * j, cache=self.inputs), resources)
+                    try:
+                        launches = verify_once(job, cfg, seed + 7919 * j, cache=self.inputs)
+                    except (LaunchError, CompileError):
+                        raise
+                    except KtuneError as exc:  # each case's verdict, not only the first
+                        failed.append((job.case_id, _one_line(exc.message)))
+                        continue
+                    reason = self._limits(launches, resources)
                     if reason:
                         return Outcome(cfg, "infeasible", reason, compile_s=compile_s,
                                        run_s=time.perf_counter() - t0, resources=resources)
@@ -188,6 +198,9 @@ class _Evaluator:
                            run_s=time.perf_counter() - t0)
         finally:
             self.backend.release()
+        if failed:
+            return Outcome(cfg, "failed", failed[0][1], compile_s=compile_s, run_s=time.perf_counter() - t0,
+                           resources=resources, failed_cases=tuple(failed))
         return Outcome(cfg, "ok", times=tuple(times), compile_s=compile_s, run_s=time.perf_counter() - t0,
                        resources=resources)
 

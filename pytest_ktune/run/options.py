@@ -12,6 +12,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, DEFAULT_SAMPLER, DEFAULT_WRITE
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.gate.decision import Threshold
+from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.run.extensions import HookRelay, resolve
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.tuner.settings import TuneSettings
@@ -38,6 +39,9 @@ class RunOptions:
     agent: bool = False
     model: str | None = None
     agent_iterations: int = 12
+    agent_wall: float = 1800.0
+    agent_memory: int = 8192
+    agent_tools: str = "auto"
     command: str = ""
 
 
@@ -65,7 +69,9 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
     if opts.agent:
 
         try:
-            agent = AgentSettings(model=ModelSettings.from_env(opts.model), iterations=opts.agent_iterations)
+            agent = AgentSettings(model=ModelSettings.from_env(opts.model), iterations=opts.agent_iterations,
+                                  wall_s=opts.agent_wall, memory_mb=opts.agent_memory,
+                                  tools=ToolPlan(mode=opts.agent_tools))
             agent.check()
         except KtuneError as exc:
             raise OptionError(f"--ktune-agent: {exc.message}", hint=exc.hint) from None
