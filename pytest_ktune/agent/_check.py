@@ -156,28 +156,34 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     failures: list[tuple[Mapping[str, Value], str]] = []
     infeasible: list[tuple[Mapping[str, Value], str]] = []
     first, first_stage = "", "ok"
-    groups: dict[frozenset[int], list[int]] = {}
-    for n, mask in enumerate(design.valid):
-        groups.setdefault(mask, []).append(n)
-    for mask, members in groups.items():
-        if budget is not None and budget.spent():
-            return _fail("timeout", f"{budget.spent()} while checking", checked=tuple(checked))
-        cases = [i for i in every if case_key[i] in mask]
-        # The default alone first: a source that does not compile, or is wrong everywhere, fails at once.
-        batches = [[0], [n for n in members if n]] if 0 in members else [members]
-        try:
-            with WorkerPool(_spec(target, backend, cases, root), trial_timeout_s=timeout) as pool:
-                outcomes = ((n, out) for batch in batches if batch and not failures
-                            for n, out in zip(batch, pool.evaluate([dict(design.configs[n]) for n in batch], seed),
-                                              strict=False))
-                for n, out in outcomes:
+    if budget is not None and budget.spent():
+        return _fail("timeout", f"{budget.spent()} before the check")
+    # The default first, alone and on every case: a source that does not compile, or is wrong everywhere,
+    # fails at once. Then the rest of the design on the declared cases and the odd shapes, and the
+    # configurations that hold every value on the edge-value cases.
+    first_added = len(base.cases)
+    edge = [p for p, i in enumerate(every) if i >= first_added and variants[i - first_added].inputs]
+    plain = [p for p in range(len(every)) if p not in edge]
+    on_edges = [n for n in value_cover(list(design.configs)) if n]
+    batches = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
+    over_limits: set[int] = set()
+    try:
+        with WorkerPool(_spec(target, backend, every, root), trial_timeout_s=timeout) as pool:
+            for members, only in batches:
+                members = [n for n in members if n not in over_limits]
+                if failures or not members or (only is not None and not only):
+                    continue
+                configs = [dict(design.configs[n]) for n in members]
+                for n, out in zip(members, pool.evaluate(configs, seed, only=only), strict=False):
                     cfg = dict(out.params)
                     if out.status == "ok":
-                        checked.append(cfg)
+                        if cfg not in checked:
+                            checked.append(cfg)
                         continue
                     stage = _stage_of(out.status, out.reason)
                     if stage == "limits" and n > 0:
                         infeasible.append((cfg, out.reason))
+                        over_limits.add(n)
                         continue
                     failures.append((cfg, out.reason))
                     if not first:
@@ -187,14 +193,17 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
                         first_stage = stage
                     if stage in ("crash", "timeout"):
                         break  # each costs a restarted worker; one is enough to send back
-        except KtuneError as exc:
-            return _fail("crash", for_model(f"the worker could not run the proposal: {exc.message}", root))
-        if failures:
-            break
+    except KtuneError as exc:
+        return _fail("crash", for_model(f"the worker could not run the proposal: {exc.message}", root))
+    edge_text = f"on the default and the {len(on_edges)} configurations that hold every value"
+    described = {i: (cid, what + (f", {edge_text}" if every.index(i) in edge else ""))
+                 for i, (cid, what) in described.items()}
     skipped = tuple(v.case_id(base.case_id(base.cases[v.base])) for v in candidate_variants(base, backend)
                     if v not in variants)
     common = {"cases": tuple(described.values()), "coverage": _coverage(design), "seed": seed,
-              "guard_bytes": guard_bytes(), "skipped": skipped}
+              "guard_bytes": guard_bytes(), "skipped": skipped,
+              "on_edges": tuple(c for c in (dict(design.configs[n]) for n in [0, *on_edges]) if c in checked)
+              if edge else ()}
     if failures:
         return ProposalCheck(ok=False, stage=first_stage, message=for_model(first, root), checked=tuple(checked),
                              failures=tuple(failures), infeasible=tuple(infeasible), **common)
@@ -253,42 +262,32 @@ def _explain(out: Outcome, stage: str, source: str, source_name: str, headers: s
 def _run_tools(plan: ToolPlan, target: Target, base: Target, backend: str, design: Design,
                case_key: Mapping[int, int], every: Sequence[int], variants: Sequence[Variant], seed: int,
                budget: Budget | None, checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
-    """Each tool of the plan on a configuration of each value, per group of keys, on one case each: the
-    odd shape where there is one (its tails are where accesses go out of bounds), else the smallest
-    declared case. A simulator runs work-item by work-item, so one case is what a check can afford."""
+    """Each tool of the plan on a few checked configurations that hold every value, each on one case (a
+    simulator runs work-item by work-item, so one is what a check can afford): of the cases its
+    constraints allow, an odd shape first (its tails are where accesses go out of bounds), then the
+    smallest declared case of each key. Edge values are the device check's part."""
     names = plan.for_backend(backend)
     if not names or not checked:
         return []
-    keep = set(map(_ck, checked))
-    groups: dict[frozenset[int], list[Mapping[str, Value]]] = {}
-    for cfg, mask in zip(design.configs, design.valid, strict=True):
-        if _ck(cfg) in keep:
-            groups.setdefault(mask, []).append(cfg)
     first = len(base.cases)
-
-    def rank(i: int) -> tuple[int, int]:
-        odd = i >= first and not variants[i - first].inputs
-        return (0 if odd else 1, target.cases[i].input_bytes)
-
+    plain = [i for i in every if not (i >= first and variants[i - first].inputs)]
+    smallest: dict[int, int] = {}
+    for i in plain:
+        k = case_key[i]
+        if k not in smallest or target.cases[i].input_bytes < target.cases[smallest[k]].input_bytes:
+            smallest[k] = i
+    odd = [i for i in plain if i >= first]
+    cases = odd + [i for i in sorted(smallest.values()) if i not in odd]
+    configs = [checked[i] for i in value_cover(checked)]
     runs: list[ToolRun] = []
     for tool in names:
         if not available(tool):
             runs.append(ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})"))
             continue
-        for mask, configs in groups.items():
-            allowed = [i for i in every if case_key[i] in mask and not (i >= first and variants[i - first].inputs)]
-            if not allowed:
-                continue
-            case = min(allowed, key=rank)
-            timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
-            runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=[case],
-                                 case_ids=[target.case_id(target.cases[case])],
-                                 configs=[configs[i] for i in value_cover(configs)], seed=seed, timeout_s=timeout))
+        timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
+        runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
+                             timeout_s=timeout, first_valid_case=True))
     return runs
-
-
-def _ck(cfg: Mapping[str, Value]) -> str:
-    return json.dumps(dict(sorted(cfg.items())), default=str)
 
 
 def _tool_message(run: ToolRun, source: str) -> str:

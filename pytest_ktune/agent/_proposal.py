@@ -301,6 +301,7 @@ class ProposalCheck:
     infeasible: tuple[tuple[Mapping[str, Value], str], ...] = ()
     cases: tuple[tuple[str, str], ...] = ()  # every case checked: its id and what its inputs were
     skipped: tuple[str, ...] = ()  # added cases left out, since the base kernel itself fails them
+    on_edges: tuple[Mapping[str, Value], ...] = ()  # the configurations checked on the edge-value cases
     coverage: str = ""  # how the configurations were chosen, and what they cover
     tools: tuple[ToolRun, ...] = ()
     seed: int = 0
@@ -309,9 +310,11 @@ class ProposalCheck:
     def summary(self) -> str:
         if not self.ok:
             return f"rejected at {self.stage}: {self.message}"
-        added = sum(1 for cid, _ in self.cases if "~" in cid)
-        text = (f"verified: {len(self.checked)} configurations on every case they are valid for"
-                + (f" ({len(self.cases) - added} declared, {added} added)" if self.cases else "")
+        edges = sum(1 for cid, _ in self.cases if "~" in cid and "~odd(" not in cid)
+        odd = sum(1 for cid, _ in self.cases if "~odd(" in cid)
+        text = (f"verified: {len(self.checked)} configurations on {len(self.cases) - edges - odd} declared case(s)"
+                + (f" and {odd} odd shape(s)" if odd else "")
+                + (f", {len(self.on_edges)} of them on {edges} edge-value case(s)" if edges else "")
                 + (f"; {self.coverage}" if self.coverage else ""))
         if self.infeasible:
             text += f" ({len(self.infeasible)} exceed a device limit)"
@@ -322,8 +325,8 @@ class ProposalCheck:
     def record(self) -> str:
         """In words, what was verified, for the module a template is written to (``VERIFIED`` there has it all)."""
         lines = [f"Verified against the base target's reference before it was written: {len(self.checked)} "
-                 f"configurations ({self.coverage or 'as listed in VERIFIED'}), each on every case below "
-                 "that its constraints allow:"]
+                 f"configurations ({self.coverage or 'as listed in VERIFIED'}), each on the cases below that "
+                 "its constraints allow (the edge-value cases on the configurations named there):"]
         lines += [f"- {cid}: {what}" for cid, what in self.cases]
         if self.skipped:
             lines.append(f"Not checked, since the base kernel itself disagrees with the reference on them: "
@@ -338,11 +341,13 @@ class ProposalCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"configurations": [dict(c) for c in self.checked], "coverage": self.coverage,
-                "cases": dict(self.cases), "not_checked": list(self.skipped), "seed": self.seed,
+                "cases": dict(self.cases), "configurations_on_edge_values": [dict(c) for c in self.on_edges],
+                "not_checked": list(self.skipped), "seed": self.seed,
                 "guard_bytes": self.guard_bytes,
                 "over_device_limits": [dict(c) for c, _ in self.infeasible],
-                "tools": {r.tool: {"status": r.status, "configurations": [dict(c) for c in r.configs],
-                                   "cases": list(r.cases), "note": r.note} for r in self.tools}}
+                "tools": {r.tool: {"status": r.status, "note": r.note,
+                                   "ran": [{"configuration": dict(c), "cases": list(cases)} for c, cases in r.ran]}
+                          for r in self.tools}}
 
 
 def _tool_summary(run: ToolRun) -> str:

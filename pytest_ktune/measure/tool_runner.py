@@ -1,5 +1,8 @@
 """The process a checking tool watches: verifies configurations of a target on its cases, one by one.
 
+Each configuration runs on every case whose key its constraints allow (with ``first_valid_case``, on the
+first of them only).
+
 Started by ``measure.tools`` as ``python -m pytest_ktune.measure.tool_runner SPEC.json`` (under
 compute-sanitizer, or with Oclgrind as the OpenCL device). Before and after each configuration it
 prints a marker line, on stdout and on stderr, after the device has finished its work, so that what the
@@ -45,8 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         outcome: dict[str, Any] = {"params": cfg, "status": "ok", "reason": ""}
         try:
             for j, job in enumerate(jobs):
+                if not target.space.valid(cfg, job.key):
+                    continue
+                outcome.setdefault("cases", []).append(job.case_id)
                 verify_once(job, cfg, int(spec["seed"]) + 7919 * j)
                 backend.synchronize()
+                if spec.get("first_valid_case"):
+                    break
         except LaunchError as exc:  # the device context may be unusable for the rest
             outcome.update(status="failed", reason=" ".join(exc.message.split())[:400], fatal=True)
         except KtuneError as exc:

@@ -51,8 +51,7 @@ class ToolRun:
 
     tool: str  # "oclgrind", "memcheck" or "racecheck"
     status: str  # "clean", "errors", "unavailable" or "incomplete" (a time limit, or the tool failed)
-    configs: tuple[Mapping[str, Value], ...] = ()  # ran to the end under the tool
-    cases: tuple[str, ...] = ()
+    ran: tuple[tuple[Mapping[str, Value], tuple[str, ...]], ...] = ()  # ran to the end: a configuration, its cases
     findings: tuple[tuple[Mapping[str, Value], str], ...] = ()  # (configuration, what the tool reported)
     failures: tuple[tuple[Mapping[str, Value], str], ...] = ()  # configurations that failed their check
     note: str = ""
@@ -60,6 +59,14 @@ class ToolRun:
     @property
     def describe(self) -> str:
         return DESCRIBE.get(self.tool, self.tool)
+
+    @property
+    def configs(self) -> tuple[Mapping[str, Value], ...]:
+        return tuple(cfg for cfg, _ in self.ran)
+
+    @property
+    def cases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c for _, cases in self.ran for c in cases))
 
 
 def oclgrind_icd() -> Path | None:
@@ -175,16 +182,18 @@ def _sections(text: str, count: int) -> dict[int, tuple[str, dict[str, Any] | No
     return out
 
 
-def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int], case_ids: Sequence[str],
-             configs: Sequence[Mapping[str, Value]], seed: int, timeout_s: float,
+def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int],
+             configs: Sequence[Mapping[str, Value]], seed: int, timeout_s: float, first_valid_case: bool = False,
              scratch: Path | None = None) -> ToolRun:
-    """Verify ``configs`` on ``cases`` of ``target`` under ``tool``, in a process of its own, within
+    """Verify ``configs`` on those of ``cases`` of ``target`` their constraints allow (with
+    ``first_valid_case``, the first of them only) under ``tool``, in a process of its own, within
     ``timeout_s``; see the module docstring."""
     with tempfile.TemporaryDirectory(prefix="ktune-tool-", dir=scratch) as tmp:
         folder = Path(tmp)
         spec = {"target": {"module": target.module, "file": target.file, "name": target.name,
                            "sys_path": list(target.sys_path)},
-                "backend": backend, "cases": list(cases), "configs": [dict(c) for c in configs], "seed": seed}
+                "backend": backend, "cases": list(cases), "configs": [dict(c) for c in configs], "seed": seed,
+                "first_valid_case": first_valid_case}
         spec_file = folder / "spec.json"
         spec_file.write_text(json.dumps(spec))
         made = _command(tool, spec_file, folder)
@@ -201,7 +210,7 @@ def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int]
             timed_out = True
     text = stderr if tool == "oclgrind" else stdout
     sections = _sections(text, len(configs))
-    ran: list[Mapping[str, Value]] = []
+    ran: list[tuple[Mapping[str, Value], tuple[str, ...]]] = []
     findings: list[tuple[Mapping[str, Value], str]] = []
     failures: list[tuple[Mapping[str, Value], str]] = []
     for index, (body, outcome) in sections.items():
@@ -209,7 +218,7 @@ def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int]
         findings.extend((cfg, f) for f in findings_in(tool, body)[:MAX_FINDINGS])
         if outcome is None:
             continue
-        ran.append(cfg)
+        ran.append((cfg, tuple(str(c) for c in outcome.get("cases", []))))
         if outcome.get("status") != "ok":
             failures.append((cfg, str(outcome.get("reason", ""))))
     note = ""
@@ -217,7 +226,7 @@ def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int]
         note = (f"stopped after {len(ran)} of {len(configs)} configurations: "
                 + (f"the time limit of {timeout_s:g} s" if timed_out else _last_line(stderr or stdout)))
     status = "errors" if findings else "incomplete" if note else "clean"
-    return ToolRun(tool, status, tuple(ran), tuple(case_ids), tuple(findings), tuple(failures), note)
+    return ToolRun(tool, status, tuple(ran), tuple(findings), tuple(failures), note)
 
 
 def _last_line(text: str) -> str:

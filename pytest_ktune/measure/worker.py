@@ -64,7 +64,9 @@ class WorkerSpec:
     cache_dir: str | None = None
     bench: BenchConfig | None = None  # None: the backend's default
     factory: str | None = None  # ``module:qualname`` of a plugin's backend factory (None: built in)
-    verify_only: bool = False  # check each configuration on every case without timing it (times stay empty)
+    # Check each configuration on every case whose key its constraints allow, without timing it (times
+    # stay empty); a configuration no case allows fails.
+    verify_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,15 +163,20 @@ class _Evaluator:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return dict(enumerate(pool.map(one, configs)))
 
-    def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int) -> Outcome:
+    def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int,
+                 only: frozenset[int] | None = None) -> Outcome:
 
         t0 = time.perf_counter()
         times = []
         resources: dict[str, int] = {}
         failed: list[tuple[str, str]] = []
+        ran = 0
         try:
             for j, job in enumerate(self.jobs):
                 if self.verify_only:
+                    if (only is not None and j not in only) or not self.target.space.valid(cfg, job.key):
+                        continue
+                    ran += 1
                     try:
                         launches = verify_once(job, cfg, seed + 7919 * j, cache=self.inputs)
                     except (LaunchError, CompileError):
@@ -201,6 +208,9 @@ class _Evaluator:
         if failed:
             return Outcome(cfg, "failed", failed[0][1], compile_s=compile_s, run_s=time.perf_counter() - t0,
                            resources=resources, failed_cases=tuple(failed))
+        if self.verify_only and not ran:
+            return Outcome(cfg, "failed", "no case's key allows this configuration (its constraints)",
+                           compile_s=compile_s, run_s=time.perf_counter() - t0)
         return Outcome(cfg, "ok", times=tuple(times), compile_s=compile_s, run_s=time.perf_counter() - t0,
                        resources=resources)
 
@@ -284,7 +294,7 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
         if kind == "stop":
             return
         if kind == "batch":
-            _, configs, seed = msg
+            _, configs, seed, only = msg
             compiled = ev.compile_all(configs)
             for i, cfg in enumerate(configs):
                 secs, error = compiled[i]
@@ -293,7 +303,7 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
                                                   compile_s=secs, detail=error[:_DETAIL])))
                     continue
                 try:
-                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS))
+                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
                 except (LaunchError, CompileError) as exc:
                     conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
                     if isinstance(exc, LaunchError):
@@ -411,12 +421,15 @@ class WorkerPool:
                 self.restarts += 1
             self._start()
 
-    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]:
-        """Outcomes in order; a worker that dies or hangs fails that configuration only."""
+    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int, *,
+                 only: Sequence[int] | None = None) -> Iterator[Outcome]:
+        """Outcomes in order; a worker that dies or hangs fails that configuration only. With
+        ``verify_only``, ``only`` (positions in ``spec.cases``) limits the cases they are checked on."""
         pending = list(configs)
+        chosen = None if only is None else frozenset(only)
         while pending:
             self.ensure()
-            self._conn.send(("batch", [dict(c) for c in pending], seed))
+            self._conn.send(("batch", [dict(c) for c in pending], seed, chosen))
             while pending:
                 msg = self._recv(self.trial_timeout_s)
                 if msg is None:
