@@ -118,7 +118,8 @@ def pytest_configure(config: pytest.Config) -> None:
         sampler=opt("ktune_sampler"), storage=opt("ktune_storage"), write=opt("ktune_write"),
         trial_timeout=opt("ktune_trial_timeout"), agent=opt("ktune_agent"), model=opt("ktune_model"),
         agent_iterations=opt("ktune_agent_iterations"), agent_wall=opt("ktune_agent_wall"),
-        agent_memory=opt("ktune_agent_memory"), agent_tools=opt("ktune_agent_tools"), command=" ".join(["pytest", *config.invocation_params.args]))
+        agent_memory=opt("ktune_agent_memory"), agent_tools=opt("ktune_agent_tools"),
+        command=" ".join(["pytest", *config.invocation_params.args]))
     try:
         session = Session(build(options, config.hook))
     except KtuneError as exc:

@@ -169,12 +169,12 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     over_limits: set[int] = set()
     try:
         with WorkerPool(_spec(target, backend, every, root), trial_timeout_s=timeout) as pool:
-            for members, only in batches:
-                members = [n for n in members if n not in over_limits]
-                if failures or not members or (only is not None and not only):
+            for batch, only in batches:
+                todo = [n for n in batch if n not in over_limits]
+                if failures or not todo or (only is not None and not only):
                     continue
-                configs = [dict(design.configs[n]) for n in members]
-                for n, out in zip(members, pool.evaluate(configs, seed, only=only), strict=False):
+                configs = [dict(design.configs[n]) for n in todo]
+                for n, out in zip(todo, pool.evaluate(configs, seed, only=only), strict=False):
                     cfg = dict(out.params)
                     if out.status == "ok":
                         if cfg not in checked:
@@ -189,7 +189,8 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
                     if not first:
                         which = "the default" if n == 0 else "the configuration"
                         first = f"{which} {_kv(cfg)} failed ({stage}): " + _explain(
-                            out, stage, proposal.source, source_name, header_names, described)
+                            out, stage, source=proposal.source, source_name=source_name, headers=header_names,
+                            described=described)
                         first_stage = stage
                     if stage in ("crash", "timeout"):
                         break  # each costs a restarted worker; one is enough to send back
@@ -200,14 +201,15 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
                  for i, (cid, what) in described.items()}
     skipped = tuple(v.case_id(base.case_id(base.cases[v.base])) for v in candidate_variants(base, backend)
                     if v not in variants)
-    common = {"cases": tuple(described.values()), "coverage": _coverage(design), "seed": seed,
+    common: dict[str, Any] = {"cases": tuple(described.values()), "coverage": _coverage(design), "seed": seed,
               "guard_bytes": guard_bytes(), "skipped": skipped,
               "on_edges": tuple(c for c in (dict(design.configs[n]) for n in [0, *on_edges]) if c in checked)
               if edge else ()}
     if failures:
         return ProposalCheck(ok=False, stage=first_stage, message=for_model(first, root), checked=tuple(checked),
                              failures=tuple(failures), infeasible=tuple(infeasible), **common)
-    runs = _run_tools(tools, target, base, backend, design, case_key, every, variants, seed, budget, checked)
+    runs = _run_tools(tools, target, base, backend=backend, case_key=case_key, every=every, variants=variants,
+                      seed=seed, budget=budget, checked=checked)
     bad = [r for r in runs if r.status == "errors" or r.failures
            or (tools.mode == "require" and r.status == "unavailable")]
     if bad:
@@ -245,7 +247,7 @@ def _coverage(design: Design) -> str:
     return text
 
 
-def _explain(out: Outcome, stage: str, source: str, source_name: str, headers: set[str],
+def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers: set[str],
              described: Mapping[int, tuple[str, str]]) -> str:
     if stage == "compile":
         return "the compiler says:\n" + compile_log(out.detail or out.reason, source, source_name, headers)
@@ -259,9 +261,9 @@ def _explain(out: Outcome, stage: str, source: str, source_name: str, headers: s
     return text
 
 
-def _run_tools(plan: ToolPlan, target: Target, base: Target, backend: str, design: Design,
-               case_key: Mapping[int, int], every: Sequence[int], variants: Sequence[Variant], seed: int,
-               budget: Budget | None, checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
+def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, case_key: Mapping[int, int],
+               every: Sequence[int], variants: Sequence[Variant], seed: int, budget: Budget | None,
+               checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
     """Each tool of the plan on a few checked configurations that hold every value, each on one case (a
     simulator runs work-item by work-item, so one is what a check can afford): of the cases its
     constraints allow, an odd shape first (its tails are where accesses go out of bounds), then the
@@ -295,12 +297,13 @@ def _tool_message(run: ToolRun, source: str) -> str:
         return f"{run.describe} is required but {run.note}"
     lines = source.splitlines()
     parts = []
-    for cfg, text in run.findings[:3]:
-        if "at line " in text and ": " not in text.split("at line ", 1)[1]:
-            n = int(text.split("at line ", 1)[1].split()[0])
+    for cfg, finding in run.findings[:3]:
+        shown = finding
+        if "at line " in finding and ": " not in finding.split("at line ", 1)[1]:
+            n = int(finding.split("at line ", 1)[1].split()[0])
             if 1 <= n <= len(lines):
-                text += f": {lines[n - 1].strip()[:160]}"
-        parts.append(f"{_kv(cfg)}: {text}")
+                shown += f": {lines[n - 1].strip()[:160]}"
+        parts.append(f"{_kv(cfg)}: {shown}")
     for cfg, text in run.failures[:2]:
         parts.append(f"{_kv(cfg)}: under the tool, {text}")
     return f"{run.describe} on {', '.join(run.cases)}: " + " | ".join(parts)

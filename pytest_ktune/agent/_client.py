@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_ktune.agent._transcript import Transcript
-from pytest_ktune.core.redact import Redactor
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.redact import Redactor
 
 
 class AgentError(KtuneError):

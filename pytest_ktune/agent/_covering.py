@@ -115,8 +115,9 @@ def covering_design(space: Space, keys: Sequence[Mapping[str, object]], default:
             options = [candidates[c] for c in holding[item] if k in candidates[c][1]]
             idx, m = max(options, key=lambda o: greedy.gain(o[0], o[1]))
             greedy.take(idx, m)
-        pool: Callable[[], tuple[tuple[int, ...], frozenset[int]] | None] = \
-            lambda: candidates[rng.randrange(len(candidates))] if candidates else None
+        def pool() -> tuple[tuple[int, ...], frozenset[int]] | None:
+            return candidates[rng.randrange(len(candidates))] if candidates else None
+
     else:
         for k in range(len(keys)):
             greedy.left[k] = set(_all_items(values))

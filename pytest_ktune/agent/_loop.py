@@ -13,11 +13,12 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_ktune import backends
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._client import (
     AgentError,
     BudgetError,
@@ -27,7 +28,6 @@ from pytest_ktune.agent._client import (
     Reply,
     looks_like_refusal,
 )
-from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._proposal import ProposalError
 from pytest_ktune.agent._rules import rule_proposal
 from pytest_ktune.agent._sandbox import write_template
@@ -69,7 +69,7 @@ class AgentSettings:
     max_failed_proposals: int = 4
     max_bad_replies: int = 3
     compare_rounds: int = 3
-    tools: ToolPlan = ToolPlan()  # the checking tools accepted templates run under
+    tools: ToolPlan = field(default_factory=ToolPlan)  # the checking tools accepted templates run under
 
     def check(self) -> None:
         if self.iterations < 1:
@@ -245,7 +245,8 @@ def measure_base(bench: Bench) -> list[BaseTime]:
     return out
 
 
-def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int, budget: Budget | None = None) -> KeyComparison:
+def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int,
+            budget: Budget | None = None) -> KeyComparison:
     """Time the base kernel (its parameters now) and the revision's best, interleaved, on the key's cases."""
 
     search = rev.searches[base_time.label]

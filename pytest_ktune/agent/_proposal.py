@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_ktune.core.errors import KtuneError, SpaceError
-from pytest_ktune.core.launch import cdiv
 from pytest_ktune.core.expression import EvaluationError, Expression
+from pytest_ktune.core.launch import cdiv
 from pytest_ktune.core.space import Space, Value, checked_expression
 from pytest_ktune.core.target import BACKENDS
 from pytest_ktune.measure.tools import ToolRun

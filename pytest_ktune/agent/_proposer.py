@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._client import (
     BudgetError,
     ModelClient,
     ModelError,
     ModelSettings,
 )
-from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._loop import SYSTEM, _unusable
 from pytest_ktune.agent._messages import for_model_json
 from pytest_ktune.agent._proposal import Proposal, ProposalError

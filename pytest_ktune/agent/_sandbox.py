@@ -132,7 +132,8 @@ def proposal_target(proposal: Proposal | None, base: Target, *, workdir: Path, b
     text = proposal.source if proposal is not None else base.source_text(backend)
     headers = _headers(text, base, backend)
     what = proposal.digest() if proposal is not None else f"base:{backend}:{base.source_hash(backend)}"
-    tag = hashlib.sha256((what + base.module + str(base.file) + base.name + digest(variants)).encode()).hexdigest()[:12]
+    key = what + base.module + str(base.file) + base.name + digest(variants)
+    tag = hashlib.sha256(key.encode()).hexdigest()[:12]
     folder = workdir / f"p-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     source_name = _source_name(base, backend, "_proposal")

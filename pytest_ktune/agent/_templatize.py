@@ -48,7 +48,7 @@ class TemplatizeSettings:
     max_rounds: int = 4
     wall_s: float = 1800.0  # the whole command: model calls, checks and tuning
     memory_mb: int = 8192
-    tools: ToolPlan = ToolPlan()
+    tools: ToolPlan = field(default_factory=ToolPlan)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ class Bench:
     tune: TuneSettings
     sample: int = 8
     progress: TextIO | None = None
-    tools: ToolPlan = ToolPlan()  # the checking tools each accepted template runs under
+    tools: ToolPlan = field(default_factory=ToolPlan)  # the checking tools each accepted template runs under
 
     @property
     def scratch(self) -> Path:

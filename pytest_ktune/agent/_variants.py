@@ -55,13 +55,14 @@ class Variant:
     def case(self, base_case: Case, base_id: str) -> Case:
         sizes = dict(self.sizes)
         args: dict[str, Any] = {}
-        for name, value in base_case.args.items():
-            if isinstance(value, Tensor):
-                edge = bool(self.inputs) and value.init in _SIGNED_INITS and dtype_family(value.dtype) == "f"
-                value = Tensor(tuple(sizes.get(d, d) for d in value.shape), value.dtype,
-                               init=self.inputs if edge else value.init, scale=value.scale, low=value.low,
-                               high=value.high)
-            args[name] = value
+        for name, given in base_case.args.items():
+            if isinstance(given, Tensor):
+                edge = bool(self.inputs) and given.init in _SIGNED_INITS and dtype_family(given.dtype) == "f"
+                args[name] = Tensor(tuple(sizes.get(d, d) for d in given.shape), given.dtype,
+                                    init=self.inputs if edge else given.init, scale=given.scale, low=given.low,
+                                    high=given.high)
+            else:
+                args[name] = given
         return Case(id=self.case_id(base_id), warm_cache=base_case.warm_cache, backends=base_case.backends, **args)
 
     def to_json(self) -> dict[str, Any]:

@@ -92,9 +92,8 @@ def _bounded(v: Any) -> Any:
 
 
 def _pow(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
-        if (abs(a).bit_length() - 1) * b > MAX_BITS:
-            raise EvaluationError(f"{_short(a)} ** {_short(b)} has more than {MAX_BITS} bits")
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and (abs(a).bit_length() - 1) * b > MAX_BITS:
+        raise EvaluationError(f"{_short(a)} ** {_short(b)} has more than {MAX_BITS} bits")
     return a ** b
 
 
@@ -173,8 +172,9 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
         operand = _compile(node.operand, functions)
         if isinstance(node.op, ast.Not):
             return lambda scope: not operand(scope)
-        unary: Callable[[Any], Any] = {ast.USub: operator.neg, ast.UAdd: operator.pos,
-                                       ast.Invert: operator.invert}[type(node.op)]
+        signs: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos,
+                                                  ast.Invert: operator.invert}
+        unary = signs[type(node.op)]
         return lambda scope: _bounded(unary(_number(operand(scope), "a sign")))
     if isinstance(node, ast.BoolOp):
         parts = [_compile(v, functions) for v in node.values]

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ from pytest_ktune.tuner.settings import TuneSettings
 API_KEY = "sk-hostile-9f8e7d6c5b4a3210ZYX"
 PARAMS = json.dumps({"format": "pytest-ktune/1", "records": []}, indent=2) + "\n"
 
-SCALE_ADD_CL = """__kernel void scale_add(__global float* out, __global const float* x, __global const float* y, int n) {
+SCALE_ADD_CL = """__kernel void scale_add(__global float* out, __global const float* x, __global const float* y,
+                        int n) {
     const int i = get_global_id(0);
     if (i < n) out[i] = 2.0f * x[i] + y[i];
 }
@@ -175,18 +175,6 @@ def make_project(top: Path) -> Project:
     (top / "outside").mkdir()
     (top / "outside" / "secret.txt").write_text(f"OPENAI_API_KEY={API_KEY}\n")
     return p
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
-    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)  # in the environment, as a user's would be
-    p = make_project(tmp_path)
-    yield p
-    # Each test's project is a module of the same name: the next test must import its own.
-    for name in [n for n, m in sys.modules.items() if str(getattr(m, "__file__", "") or "").startswith(str(tmp_path))]:
-        del sys.modules[name]
-    while str(p.kernels) in sys.path:
-        sys.path.remove(str(p.kernels))
 
 
 def bench(project: Project, name: str, *, trials: int = 2) -> Bench:

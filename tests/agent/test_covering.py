@@ -37,7 +37,8 @@ def test_every_feasible_pair_is_covered_for_every_key_and_only_valid_configurati
 
 def test_a_value_the_first_points_never_reach_is_checked_in_a_space_too_large_to_list() -> None:
     # 62,500 points; in enumeration order VEC=8 comes after the first 46,875, and the space is not listed.
-    space = Space(VEC=[1, 2, 4, 8], **{f"P{i}": list(range(5)) for i in range(6)})
+    params: dict[str, Any] = {"VEC": [1, 2, 4, 8], **{f"P{i}": list(range(5)) for i in range(6)}}
+    space = Space(**params)
     default = {"VEC": 1, **{f"P{i}": 0 for i in range(6)}}
     tracemalloc.start()
     started = time.monotonic()
@@ -56,7 +57,7 @@ def test_pairs_no_configuration_allows_are_counted_not_covered() -> None:
     space = Space(A=list(range(10)), B=list(range(10)), C=list(range(400)), constraints=["A + B < 15"])
     d = covering_design(space, [{}], {"A": 0, "B": 0, "C": 0}, seed=2, enum_limit=1000)
     assert d.unconfirmed == (10,)  # the pairs with A + B >= 15
-    assert all(c["A"] + c["B"] < 15 for c in d.configs)
+    assert all(int(c["A"]) + int(c["B"]) < 15 for c in d.configs)
 
 
 def test_a_constraint_that_cannot_be_evaluated_is_a_space_error() -> None:

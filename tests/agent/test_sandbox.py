@@ -3,7 +3,6 @@ model is told, and where a template may be written. No device is needed."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -60,7 +59,7 @@ def test_an_include_that_could_reach_outside_is_refused_before_anything_is_read(
 
 
 def test_a_link_out_of_the_folder_and_a_binary_file_are_refused(tree: Path) -> None:
-    os.symlink(tree.parent.parent / "outside" / "secret.txt", tree / "link.clh")
+    (tree / "link.clh").symlink_to(tree.parent.parent / "outside" / "secret.txt")
     assert "leads outside the kernel's folder" in _refused('#include "link.clh"\n', tree)
     (tree / "blob.clh").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe" * 10)
     assert "is not a text file" in _refused('#include "blob.clh"\n', tree)
