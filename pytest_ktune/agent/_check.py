@@ -287,8 +287,9 @@ def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, ca
             runs.append(ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})"))
             continue
         timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
+        log = plan.log_dir / f"{base.name}-{target.module}-{tool}.log" if plan.log_dir is not None else None
         runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
-                             timeout_s=timeout, first_valid_case=True))
+                             timeout_s=timeout, first_valid_case=True, log=log))
     return runs
 
 

@@ -184,10 +184,10 @@ def _sections(text: str, count: int) -> dict[int, tuple[str, dict[str, Any] | No
 
 def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int],
              configs: Sequence[Mapping[str, Value]], seed: int, timeout_s: float, first_valid_case: bool = False,
-             scratch: Path | None = None) -> ToolRun:
+             scratch: Path | None = None, log: Path | None = None) -> ToolRun:
     """Verify ``configs`` on those of ``cases`` of ``target`` their constraints allow (with
     ``first_valid_case``, the first of them only) under ``tool``, in a process of its own, within
-    ``timeout_s``; see the module docstring."""
+    ``timeout_s``; see the module docstring. With ``log``, the tool's whole output is kept there."""
     with tempfile.TemporaryDirectory(prefix="ktune-tool-", dir=scratch) as tmp:
         folder = Path(tmp)
         spec = {"target": {"module": target.module, "file": target.file, "name": target.name,
@@ -209,6 +209,9 @@ def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int]
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
             timed_out = True
     text = stderr if tool == "oclgrind" else stdout
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(f"$ {' '.join(command)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
     sections = _sections(text, len(configs))
     ran: list[tuple[Mapping[str, Value], tuple[str, ...]]] = []
     findings: list[tuple[Mapping[str, Value], str]] = []
@@ -241,6 +244,7 @@ class ToolPlan:
     mode: str = "auto"
     timeout_s: float = 300.0
     tools: tuple[str, ...] = field(default=())
+    log_dir: Path | None = None  # where each tool's whole output is kept (None: nowhere)
 
     def for_backend(self, backend: str) -> tuple[str, ...]:
         if self.mode == "off":

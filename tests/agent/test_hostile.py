@@ -186,6 +186,22 @@ PREFETCH = SCALE_ADD_CL.replace("if (i < n) out[i] = 2.0f * x[i] + y[i];",
                                 "        out[i] = 2.0f * x[i] + y[i] + 0.0f * next; }")
 
 
+# The same read whose value never counts (compared with a value it never takes): no result shows it.
+PREFETCH_UNSEEN = SCALE_ADD_CL.replace("if (i < n) out[i] = 2.0f * x[i] + y[i];",
+                                       "if (i < n) { const float next = x[i + 64];\n"
+                                       "        out[i] = next == 12345.0f ? 0.0f : 2.0f * x[i] + y[i]; }")
+
+
+def test_5_a_read_past_the_end_that_no_result_shows_is_caught_by_oclgrind(hostile: Project) -> None:
+    need_oclgrind()
+    before = hostile.files()
+    out = run(hostile, "scale_add", [propose(_scale_add(PREFETCH_UNSEEN)), finish()])
+    (answer,) = out.tool_answers()[:1]
+    assert answer["ok"] is False and answer["stage"] == "tools", answer
+    assert "Invalid read" in answer["message"] and "const float next = x[i + 64];" in answer["message"]
+    _nothing_written(hostile, before, out)
+
+
 def test_5_a_read_past_the_end_is_caught_by_the_guards(hostile: Project) -> None:
     before = hostile.files()
     out = run(hostile, "scale_add", [propose(_scale_add(PREFETCH)), finish()])
