@@ -56,13 +56,15 @@ PLAN_ACTIONS = ("narrow", "widen", "enqueue", "revise", "finish")
 
 TOOLS: tuple[Tool, ...] = (
     Tool("propose_template",
-         "Commit a template revision. It is compiled and verified against the reference on every case, for "
-         "its default and a sample of its space, in an isolated worker; once verified, its space is searched "
-         "with Optuna and the best time is returned. A failed check returns the error to fix.",
+         "Commit a template revision. It is compiled and verified against the reference in an isolated worker: "
+         "every value and every pair of values of its space, on every case, on edge values (zeros, tiny, "
+         "large, a sweep) and on a shape no vector width divides, with guards around every buffer, then under "
+         "a race and out-of-bounds checker; once verified, its space is searched with Optuna and the best time "
+         "is returned. A failed check returns the error to fix.",
          TEMPLATE_SCHEMA),
     Tool("test_template",
-         "Compile and verify a template (default + a sample of its space, every case) without searching it "
-         "or committing it.",
+         "Check a template as propose_template does, without searching it or committing it; `sample` adds "
+         "that many configurations drawn at random.",
          {**TEMPLATE_SCHEMA, "properties": {**TEMPLATE_PROPERTIES,
                                             "sample": {"type": "integer", "minimum": 0, "maximum": 32}}}),
     Tool("analyze",
