@@ -92,6 +92,3 @@ class Budget:
     def cap(self, seconds: float) -> float:
         """``seconds``, or the time left if that is shorter (never less than ``MIN_SLICE_S``)."""
         return max(MIN_SLICE_S, min(seconds, self.left_s()))
-
-
-UNBOUNDED = 10.0 ** 9

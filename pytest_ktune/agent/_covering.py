@@ -41,10 +41,6 @@ class Design:
     exact: bool  # the feasible space was enumerated
     extra: int  # configurations drawn at random on top of the covering
 
-    @property
-    def strength(self) -> str:
-        return "every pair of values of two parameters" if self.needed and any(self.needed) else "every value"
-
 
 def _items(idx: Sequence[int]) -> list[Item]:
     if len(idx) == 1:
@@ -108,7 +104,7 @@ def covering_design(space: Space, keys: Sequence[Mapping[str, object]], default:
                     greedy.left[k].add(it)
         needed = [len(s) for s in greedy.left]
         unconfirmed = [0] * len(keys)
-        _take_first(greedy, first, mask_of(first))
+        greedy.take(first, mask_of(first))
         order = _order(greedy, rng)
         while (nxt := greedy.next_item(order)) is not None:
             item, k = nxt
@@ -121,7 +117,7 @@ def covering_design(space: Space, keys: Sequence[Mapping[str, object]], default:
     else:
         for k in range(len(keys)):
             greedy.left[k] = set(_all_items(values))
-        _take_first(greedy, first, mask_of(first))
+        greedy.take(first, mask_of(first))
         order = _order(greedy, rng)
         unconfirmed = [0] * len(keys)
         while (nxt := greedy.next_item(order)) is not None:
@@ -149,10 +145,6 @@ def covering_design(space: Space, keys: Sequence[Mapping[str, object]], default:
     configs = tuple(point(idx) for idx in greedy.chosen)
     covered = [needed[k] - len(greedy.left[k]) for k in range(len(keys))]
     return Design(configs, tuple(greedy.masks), tuple(needed), tuple(covered), tuple(unconfirmed), exact, added)
-
-
-def _take_first(greedy: _Greedy, first: tuple[int, ...], mask: frozenset[int]) -> None:
-    greedy.take(first, mask)
 
 
 def _order(greedy: _Greedy, rng: random.Random) -> list[tuple[Item, int]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,9 +210,3 @@ def headers_for(source: str, src_dir: Path, folders: Sequence[Path], *, backend:
 
     visit(src_dir, source, "the source", strict=True)
     return found
-
-
-def walk_relative(paths: Sequence[Path], folder: Path) -> Iterator[tuple[Path, str]]:
-    """Each path with its name relative to ``folder`` ('..' where it climbs out)."""
-    for p in paths:
-        yield p, Path(os.path.relpath(p, folder)).as_posix()

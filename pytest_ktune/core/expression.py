@@ -20,7 +20,6 @@ hold"); callers turn it into a ``KtuneError`` naming the expression and the valu
 from __future__ import annotations
 
 import ast
-import math
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -254,8 +253,3 @@ class Expression:
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
-
-
-def finite(value: Any) -> bool:
-    """Whether a number is finite (ints always are)."""
-    return not isinstance(value, float) or math.isfinite(value)
