@@ -73,7 +73,10 @@ def screened_variants(base: Target, backend: str, *, root: Path, seed: int, time
                              variants=candidates)
     first = len(base.cases)
     kept: list[Variant] = []
-    groups = [list(range(len(candidates)))]
+    # A shape the base kernel's own constraints rule out for its default is one it never ran.
+    runnable = [i for i in range(len(candidates))
+                if base.space.valid(dict(base.default), target.case_key(target.cases[first + i]))]
+    groups = [runnable] if runnable else []
     while groups:
         group = groups.pop()
         with WorkerPool(_spec(target, backend, [first + i for i in group], root), trial_timeout_s=timeout_s) as pool:
@@ -164,7 +167,8 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     first_added = len(base.cases)
     edge = [p for p, i in enumerate(every) if i >= first_added and variants[i - first_added].inputs]
     plain = [p for p in range(len(every)) if p not in edge]
-    on_edges = [n for n in value_cover(list(design.configs)) if n]
+    edge_keys = {case_key[every[p]] for p in edge}
+    on_edges = [n for n in value_cover(list(design.configs)) if n and design.valid[n] & edge_keys]
     batches = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
     over_limits: set[int] = set()
     try:
@@ -280,7 +284,9 @@ def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, ca
             smallest[k] = i
     odd = [i for i in plain if i >= first]
     cases = odd + [i for i in sorted(smallest.values()) if i not in odd]
+    keys = [target.case_key(target.cases[i]) for i in cases]
     configs = [checked[i] for i in value_cover(checked)]
+    configs = [c for c in configs if any(target.space.valid(dict(c), k) for k in keys)]
     runs: list[ToolRun] = []
     for tool in names:
         if not available(tool):

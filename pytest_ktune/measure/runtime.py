@@ -85,8 +85,11 @@ class CompileCache:
                           repr(sorted((k, str(v)) for k, v in defines.items()))])
         return f"{id(backend)}:" + hashlib.sha256(text.encode()).hexdigest()
 
-    def get(self, backend: Backend, source: str, defines: Mapping[str, Value], filename: str) -> Program:
-        k = self.key(backend, source, defines)
+    def get(self, backend: Backend, source: str, defines: Mapping[str, Value], filename: str, *,
+            same_code: Mapping[str, Value] | None = None) -> Program:
+        """The program of ``source`` compiled with ``defines``; one compiled with other defines is reused
+        where ``same_code`` (those of ``defines`` that can change the code) is the same."""
+        k = self.key(backend, source, defines if same_code is None else same_code)
         hit = self._programs.get(k)
         # The entry keeps its backend alive, so its id cannot be reused by another backend meanwhile.
         if hit is None or hit[0] is not backend:
@@ -118,14 +121,14 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
     """Compile the target's source for this backend with ``params`` and ``extra_defines`` as -D macros.
 
     A parameter that neither the source nor a header it includes ever names (a grid cap that only the
-    launch reads, say) cannot change the compiled code, so it is left out of the defines: its values
-    share one compiled program instead of costing a compile each."""
+    launch reads, say) cannot change the compiled code, so its values share one compiled program
+    instead of costing a compile each."""
     text = target.source_text(backend.name) if source is None else source
     path = target.source_path(backend.name)
     named = _identifiers(text, *include_closure(path, text, read_local).values())
-    used = params if named is None else {k: v for k, v in params.items() if k in named}
-    defines = {**extra_defines, **used}
-    return CACHE.get(backend, text, defines, str(path))
+    defines = {**extra_defines, **params}
+    same_code = None if named is None else {**extra_defines, **{k: v for k, v in params.items() if k in named}}
+    return CACHE.get(backend, text, defines, str(path), same_code=same_code)
 
 
 def run(backend: Backend, target: Target, params: Mapping[str, Value], bound: Mapping[str, Any], *,
