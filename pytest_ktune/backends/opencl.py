@@ -202,6 +202,7 @@ class OpenCLBackend:
     """
 
     name = "opencl"
+    defines_are_macros = True  # -D macros of a C preprocessor: a name the source never spells changes nothing
 
     def __init__(self, queue: Any | None = None) -> None:
         self.cl = cl = _cl()

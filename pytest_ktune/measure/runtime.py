@@ -120,12 +120,14 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
                    extra_defines: Mapping[str, Value], source: str | None = None) -> Program:
     """Compile the target's source for this backend with ``params`` and ``extra_defines`` as -D macros.
 
-    A parameter that neither the source nor a header it includes ever names (a grid cap that only the
+    Where the backend's defines are preprocessor macros (``defines_are_macros``: both built-in ones), a
+    parameter that neither the source nor a header it includes ever names (a grid cap that only the
     launch reads, say) cannot change the compiled code, so its values share one compiled program
     instead of costing a compile each."""
     text = target.source_text(backend.name) if source is None else source
     path = target.source_path(backend.name)
-    named = _identifiers(text, *include_closure(path, text, read_local).values())
+    macros = getattr(backend, "defines_are_macros", False) is True
+    named = _identifiers(text, *include_closure(path, text, read_local).values()) if macros else None
     defines = {**extra_defines, **params}
     same_code = None if named is None else {**extra_defines, **{k: v for k, v in params.items() if k in named}}
     return CACHE.get(backend, text, defines, str(path), same_code=same_code)
