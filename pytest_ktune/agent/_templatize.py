@@ -180,7 +180,7 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
     tuned: tuple[Any, ...] = ()
     if settings.tune:
         try:
-            tuned = _tune(chosen, base, root=root, settings=settings, emit=emit)
+            tuned = _tune(chosen, base, root=root, settings=settings, emit=emit, budget=budget)
         except KtuneError as exc:  # the verified template is still written
             emit(f"tuning the verified template failed: {exc.message}")
     verified = next(c for p, c in reversed(attempts) if p is chosen)
@@ -204,12 +204,14 @@ def _device_limits(backend: str) -> dict[str, int]:
             "shared_mem_per_block": int(d.shared_mem_per_block)}
 
 
-def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSettings, emit: Any) -> tuple[Any, ...]:
+def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSettings, emit: Any,
+          budget: Budget) -> tuple[Any, ...]:
     """Search the verified template's space with the tuner, per key; nothing goes to the params file."""
 
     target = proposal_target(chosen, base, workdir=root / ".ktune" / "agent" / "targets")
-    tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, trial_timeout_s=settings.trial_timeout_s,
-                             write=False)
+    budget.check()
+    tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, timeout_s=budget.cap(budget.left_s()),
+                             trial_timeout_s=budget.cap(settings.trial_timeout_s), write=False)
     ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=settings.backend,
                       settings=tsettings, progress=None)
     outcomes = []
