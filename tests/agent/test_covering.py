@@ -54,8 +54,8 @@ def test_a_value_the_first_points_never_reach_is_checked_in_a_space_too_large_to
 
 
 def test_pairs_no_configuration_allows_are_counted_not_covered() -> None:
-    space = Space(A=list(range(10)), B=list(range(10)), C=list(range(400)), constraints=["A + B < 15"])
-    d = covering_design(space, [{}], {"A": 0, "B": 0, "C": 0}, seed=2, enum_limit=1000)
+    space = Space(A=list(range(10)), B=list(range(10)), C=list(range(60)), constraints=["A + B < 15"])
+    d = covering_design(space, [{}], {"A": 0, "B": 0, "C": 0}, seed=2, enum_limit=1000)  # 6,000 points: drawn
     assert d.unconfirmed == (10,)  # the pairs with A + B >= 15
     assert all(int(c["A"]) + int(c["B"]) < 15 for c in d.configs)
 
