@@ -208,17 +208,22 @@ def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int]
             stdout = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
             stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
             timed_out = True
-    text = stderr if tool == "oclgrind" else stdout
+    # Oclgrind reports on stderr; compute-sanitizer on stdout, unless told otherwise: read both for it.
+    texts = [stderr] if tool == "oclgrind" else [stdout, stderr]
+    text = texts[0]
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"$ {' '.join(command)}\n--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
     sections = _sections(text, len(configs))
+    others = [_sections(t, len(configs)) for t in texts[1:]]
     ran: list[tuple[Mapping[str, Value], tuple[str, ...]]] = []
     findings: list[tuple[Mapping[str, Value], str]] = []
     failures: list[tuple[Mapping[str, Value], str]] = []
     for index, (body, outcome) in sections.items():
         cfg = dict(configs[index])
-        findings.extend((cfg, f) for f in findings_in(tool, body)[:MAX_FINDINGS])
+        bodies = [body, *(o[index][0] for o in others if index in o)]
+        found = list(dict.fromkeys(f for b in bodies for f in findings_in(tool, b)))
+        findings.extend((cfg, f) for f in found[:MAX_FINDINGS])
         if outcome is None:
             continue
         ran.append((cfg, tuple(str(c) for c in outcome.get("cases", []))))
