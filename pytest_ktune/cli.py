@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
     _add(tune, "autotune", "write")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
-    _add(tune, "agent", "model", "agent_iterations", "junit")
+    _add(tune, "agent", "model", "agent_iterations", "agent_wall", "agent_memory", "agent_tools", "junit")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,

@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_ktune.agent._transcript import Transcript
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.redact import Redactor
 
 
 class AgentError(KtuneError):
@@ -225,9 +226,22 @@ def looks_like_refusal(text: str) -> bool:
     return bool(_REFUSAL.search(text.strip()))
 
 
-def parse_tool_call(call_id: str, name: str, raw: str, tools: Mapping[str, Tool]) -> ToolCall:
-    """A tool call with its arguments parsed and checked, or the error the model must fix."""
+def parse_tool_call(call_id: str, name: str, raw: str, tools: Mapping[str, Tool],
+                    redactor: Redactor | None = None) -> ToolCall:
+    """A tool call with its arguments parsed and checked, or the error the model must fix. With
+    ``redactor``, every string of the arguments is redacted before anything else sees it."""
+    if redactor is not None:
+        name = redactor.text(name)
     tool = tools.get(name)
+    if redactor is not None and tool is not None:
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except (ValueError, RecursionError):
+            raw = redactor.text(raw)
+        else:
+            raw = json.dumps(redactor.strings(parsed))
+    elif redactor is not None:
+        raw = redactor.text(raw)
     if tool is None:
         return ToolCall(call_id, name, raw, None,
                         f"there is no tool {name!r}; the tools are {', '.join(sorted(tools))}")
@@ -237,6 +251,9 @@ def parse_tool_call(call_id: str, name: str, raw: str, tools: Mapping[str, Tool]
         return ToolCall(call_id, name, raw, None,
                         f"malformed JSON in the arguments of {name}: {exc.msg} at line {exc.lineno}, column "
                         f"{exc.colno}; send the arguments as one JSON object")
+    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, nesting past the parser
+        return ToolCall(call_id, name, raw, None, f"unusable JSON in the arguments of {name}: "
+                                                  f"{str(exc)[:200]}; send plain numbers and shallow objects")
     problems = validate(args, tool.parameters)
     if problems:
         return ToolCall(call_id, name, raw, None,
@@ -277,14 +294,20 @@ class ModelClient:
     """Asks the model, with retries, a deadline per request, budgets, and a transcript."""
 
     def __init__(self, settings: ModelSettings, transcript: Transcript, *, sleep: Callable[[float], None] = time.sleep,
-                 client: Any = None) -> None:
+                 client: Any = None, budget: Any = None) -> None:
         settings.check()
         self.settings = settings
         self.transcript = transcript
         self.usage = Usage()
         self._sleep = sleep
         self._client = client
+        self.budget = budget  # the run's Budget (``_budget``): request deadlines and retries stay within it
         transcript.add_secret(settings.api_key)
+
+    @property
+    def redactor(self) -> Redactor:
+        """The run's redactor: everything the model sends passes through it before it is used."""
+        return self.transcript.redactor
 
     def _openai(self) -> Any:
         if self._client is None:
@@ -314,6 +337,8 @@ class ModelClient:
         import openai
 
         self.check_budget()
+        if self.budget is not None:
+            self.budget.check()
         s = self.settings
         request: dict[str, Any] = {"model": s.model, "messages": [dict(m) for m in messages],
                    "tools": [t.spec() for t in tools], "tool_choice": "auto"}
@@ -325,15 +350,16 @@ class ModelClient:
         while True:
             attempt += 1
             started = time.monotonic()
+            deadline = self.budget.cap(s.timeout_s) if self.budget is not None else s.timeout_s
             try:
-                response = client.chat.completions.create(**request, timeout=s.timeout_s)
+                response = client.chat.completions.create(**request, timeout=deadline)
                 break
             except openai.APITimeoutError:
                 why, wait = f"no answer within the {s.timeout_s:g} s request timeout", None
                 retry = True
             except openai.APIStatusError as exc:
                 status = exc.status_code
-                why = f"HTTP {status}: {_status_text(exc)}"
+                why = f"HTTP {status}: {self.redactor.text(_status_text(exc))}"
                 retry = status == 429 or status >= 500
                 wait = _retry_after(exc)
                 if not retry:
@@ -341,7 +367,9 @@ class ModelClient:
                     raise ModelError(f"the model endpoint refused the request ({why})", where=s.base_url or "",
                                      hint=_status_hint(status)) from None
             except openai.APIConnectionError as exc:
-                why, wait, retry = f"cannot connect: {exc}", None, True
+                why, wait, retry = f"cannot connect: {self.redactor.text(str(exc))}", None, True
+            except (ValueError, RecursionError, MemoryError) as exc:  # an answer that is no usable JSON
+                why, wait, retry = f"an unusable answer: {self.redactor.text(str(exc))[:200]}", None, True
             self.transcript.write("error", {"attempt": attempt, "error": why,
                                             "seconds": round(time.monotonic() - started, 3)})
             if attempt > s.max_retries:
@@ -352,6 +380,9 @@ class ModelClient:
             delay = min(s.max_backoff_s, s.backoff_s * 2 ** (attempt - 1))
             if wait is not None:
                 delay = min(max(wait, 0.0), max(s.max_backoff_s, 0.0))
+            if self.budget is not None:
+                self.budget.check()
+                delay = min(delay, max(self.budget.left_s(), 0.0))
             self.transcript.write("retry", {"attempt": attempt, "sleep_s": round(delay, 3)})
             self._sleep(delay)
         return self._reply(response, tools)
@@ -363,8 +394,8 @@ class ModelClient:
         usage = getattr(response, "usage", None)
         choices = getattr(response, "choices", None) or []
         msg = choices[0].message if choices else None
-        text = (getattr(msg, "content", None) or "") if msg is not None else ""
-        refusal = (getattr(msg, "refusal", None) or "") if msg is not None else ""
+        text = self.redactor.text(str((getattr(msg, "content", None) or "") if msg is not None else ""))
+        refusal = self.redactor.text(str((getattr(msg, "refusal", None) or "") if msg is not None else ""))
         by_name = {t.name: t for t in tools}
         calls = []
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
@@ -374,8 +405,10 @@ class ModelClient:
             name = getattr(fn, "name", "") or ""
             args = getattr(fn, "arguments", "") or ""
             call_id = getattr(call, "id", None) or f"call_{self.usage.requests}_{i}"
-            calls.append(parse_tool_call(call_id, name, args, by_name))
-            raw_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+            parsed = parse_tool_call(str(call_id), str(name), str(args), by_name, self.redactor)
+            calls.append(parsed)
+            raw_calls.append({"id": parsed.id, "type": "function",
+                              "function": {"name": parsed.name, "arguments": parsed.raw}})
         if raw_calls:
             message["tool_calls"] = raw_calls
         if usage is not None and getattr(usage, "total_tokens", None) is not None:

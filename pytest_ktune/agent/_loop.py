@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_ktune import backends
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._client import (
     AgentError,
     BudgetError,
@@ -35,11 +35,13 @@ from pytest_ktune.agent._tools import TOOLS, BaseTime, Bench, Revision, Workbenc
 from pytest_ktune.agent._transcript import Transcript, new_run_id
 from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.bench import mann_whitney_greater
+from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import ALPHA, MIN_GAIN
 
@@ -48,7 +50,9 @@ Method: rewrite the kernel into an explicitly parameterised template (block size
 thread, rows per block, grid cap, unroll, shared-memory staging: whatever applies) whose tunable choices are
 macros compiled with -D NAME=value, declare the space of each parameter and constraints that keep every
 point correct, and let the Optuna search pick the values. Every template is compiled and verified against
-the reference on every case before it counts; a failed check comes back with the error.
+the reference before it counts, on every value and pair of values of its space, on edge-value inputs and on
+a shape that does not divide, with guards around every buffer and a race and out-of-bounds checker; a
+failed check comes back with the error. Include only headers beside the kernel, by a relative name.
 Rules: keep the kernel's name and argument list (the Python wrapper launches it); a template must be correct
 for every point of its space (guard tails, respect alignment); use `launch` expressions when the launch
 geometry must follow the parameters. Use analyze to see times, GB/s against the copy bandwidth, resources
@@ -62,10 +66,12 @@ class AgentSettings:
 
     model: ModelSettings | None
     iterations: int = 12
-    wall_s: float = 1800.0
+    wall_s: float = 1800.0  # the whole run: model calls, checks, searches and the comparison
+    memory_mb: int = 8192  # resident memory of this process and its workers
     max_failed_proposals: int = 4
     max_bad_replies: int = 3
     compare_rounds: int = 3
+    tools: ToolPlan = field(default_factory=ToolPlan)  # the checking tools accepted templates run under
 
     def check(self) -> None:
         if self.iterations < 1:
@@ -73,6 +79,8 @@ class AgentSettings:
                              hint="give --ktune-agent-iterations 1 or more")
         if self.wall_s <= 0:
             raise AgentError("the agent's wall-time budget must be positive", hint="e.g. 1800 (seconds)")
+        if self.memory_mb <= 0:
+            raise AgentError("the agent's memory budget must be positive", hint="e.g. 8192 (MiB)")
         if self.model is not None:
             self.model.check()
 
@@ -122,10 +130,10 @@ def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path 
         raise AgentError(f"{base.name} has no {bench.backend} source to template", where=base.where,
                          hint=f"add a {bench.backend} source to sources=, or pick another backend")
     transcript = Transcript(bench.scratch / "agent", new_run_id(base.name))
-    client = ModelClient(settings.model, transcript)
-    started = time.monotonic()
+    budget = Budget(settings.wall_s, settings.memory_mb)
+    client = ModelClient(settings.model, transcript, budget=budget)
     device = backends.create(bench.backend).device
-    bench_tools = Workbench(bench, device, measure_base)
+    bench_tools = Workbench(bench, device, measure_base, budget=budget)
     transcript.write("start", {"target": base.where, "backend": bench.backend, "device": device.id})
     messages: list[Mapping[str, Any]] = [{"role": "system", "content": SYSTEM},
                                          {"role": "user", "content": task_text(bench, device)}]
@@ -134,8 +142,8 @@ def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path 
     iteration = 0
     try:
         for iteration in range(1, settings.iterations + 1):
-            if time.monotonic() - started > settings.wall_s:
-                raise _Stop(f"the wall-time budget of {settings.wall_s:g} s is spent")
+            if budget.spent():
+                raise _Stop(budget.spent())
             reply = client.ask(messages, TOOLS)
             messages.append(reply.message)
             problem = _unusable(reply)
@@ -159,7 +167,7 @@ def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path 
                     content = bench_tools.run(call)
                     usable = True
                 transcript.write("tool", {"iteration": iteration, "name": call.name, "result": content})
-                messages.append(tool_result(call, content))
+                messages.append(tool_result(call, content, bench.root))
             if usable:
                 bad = 0
             else:
@@ -179,7 +187,7 @@ def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path 
     except (ModelError, BudgetError) as exc:
         stop = exc.message + (f" (next step: {exc.hint})" if exc.hint else "")
     transcript.write("stop", {"iteration": iteration, "reason": stop, "usage": client.usage.describe(settings.model)})
-    result = conclude(bench, bench_tools, settings, stop=stop, write=write, dest=dest)
+    result = conclude(bench, bench_tools, settings, stop=stop, write=write, dest=dest, budget=budget)
     result = _with(result, transcript=transcript.path, usage=client.usage.describe(settings.model),
                    iterations=iteration)
     transcript.write("result", {"status": result.status, "message": result.message,
@@ -239,7 +247,8 @@ def measure_base(bench: Bench) -> list[BaseTime]:
     return out
 
 
-def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int) -> KeyComparison:
+def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int,
+            budget: Budget | None = None) -> KeyComparison:
     """Time the base kernel (its parameters now) and the revision's best, interleaved, on the key's cases."""
 
     search = rev.searches[base_time.label]
@@ -253,8 +262,8 @@ def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int) -> Ke
     medians_a: list[float] = []
     medians_b: list[float] = []
     seed = (bench.tune.seed or 0) + 4099
-    with WorkerPool(spec_a, trial_timeout_s=bench.tune.trial_timeout_s) as pa, \
-            WorkerPool(spec_b, trial_timeout_s=bench.tune.trial_timeout_s) as pb:
+    timeout = budget.cap(bench.tune.trial_timeout_s) if budget is not None else bench.tune.trial_timeout_s
+    with WorkerPool(spec_a, trial_timeout_s=timeout) as pa, WorkerPool(spec_b, trial_timeout_s=timeout) as pb:
         for r in range(rounds):
             for pool, params, samples, medians in ((pa, base_time.params, samples_a, medians_a),
                                                    (pb, search.best, samples_b, medians_b)):
@@ -283,9 +292,9 @@ def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int) -> Ke
 
 
 def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: str, write: bool,
-             dest: Path | None, lead: str = "") -> AgentResult:
+             dest: Path | None, lead: str = "", budget: Budget | None = None) -> AgentResult:
     """Compare the best verified revision with the base kernel; write it only if it is faster on some key
-    and slower on none."""
+    and slower on none. With the run's budget spent, the best revision is saved, not compared."""
     base = bench.base
     best = tools.best()
     lead = lead or f"agent stopped: {stop}"
@@ -294,19 +303,22 @@ def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: s
         return AgentResult(target=base.name, status="no-template", stop=stop,
                            message=f"{base.name}: {lead}. No template was verified, so nothing was "
                                    f"written.{last}")
-    comparisons = tuple(compare(bench, b, best, settings.compare_rounds) for b in tools.base_times
+    head = f"{base.name}: {lead}. Revision {best.number} ({best.check.summary()})"
+    if budget is not None and budget.spent():
+        saved = _save(bench, best, {})
+        return AgentResult(target=base.name, status="no-improvement", stop=stop, proposal=best.proposal,
+                           message=f"{head} was not compared with the base kernel: {budget.spent()}. Nothing was "
+                                   f"written; the template is saved in {_rel(saved, bench.root)}.")
+    comparisons = tuple(compare(bench, b, best, settings.compare_rounds, budget) for b in tools.base_times
                         if b.label in best.searches)
     numbers = "; ".join(f"{c.label}: base {c.base_us:.2f} µs {dict(c.base_params)} vs template {c.template_us:.2f} µs "
                         f"{dict(c.template_params)}: {c.note}" for c in comparisons)
     improved = any(c.faster for c in comparisons) and not any(c.slower for c in comparisons)
-    head = f"{base.name}: {lead}. Revision {best.number} ({best.check.summary()})"
     if not improved:
         return AgentResult(target=base.name, status="no-improvement", stop=stop, proposal=best.proposal,
                            comparisons=comparisons,
                            message=f"{head} gave no improvement: {numbers}. Nothing was written.")
-    saved = bench.scratch / "agent" / f"{base.name}-revision-{best.number}-{best.proposal.digest()}.json"
-    saved.write_text(json.dumps({"proposal": best.proposal.to_json(),
-                                 "params": {c.label: dict(c.template_params) for c in comparisons}}, indent=1))
+    saved = _save(bench, best, {c.label: dict(c.template_params) for c in comparisons})
     if not write:
         return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
                            comparisons=comparisons,
@@ -326,6 +338,14 @@ def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: s
                                f"tuned parameters to {_rel(bench.params_path, bench.root)}.")
 
 
+def _save(bench: Bench, rev: Revision, params: Mapping[str, Mapping[str, Value]]) -> Path:
+    """The revision, its check's record and its tuned parameters, kept under .ktune/agent/ for review."""
+    saved = bench.scratch / "agent" / f"{bench.base.name}-revision-{rev.number}-{rev.proposal.digest()}.json"
+    write_atomic(saved, json.dumps({"proposal": rev.proposal.to_json(), "verified": rev.check.to_json(),
+                                    "params": dict(params)}, indent=1, default=str))
+    return saved
+
+
 def _rel(path: Path, root: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -337,7 +357,7 @@ def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyCompariso
                  device: str) -> list[Path]:
     """Write the template beside the base kernel and its tuned parameters, per key, to the params file."""
 
-    files = write_template(rev.proposal, bench.base, dest=dest)
+    files = write_template(rev.proposal, bench.base, dest=dest, verified=rev.check)
     py = next(p for p in files if p.suffix == ".py")
     module = import_file(py)
     new = next(v for v in vars(module).values() if isinstance(v, Target) and v.file == py.resolve())
@@ -389,7 +409,9 @@ def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> Ag
 
     base = bench.base
     device = backends.create(bench.backend).device
-    tools = Workbench(bench, device, measure_base)
+    settings = AgentSettings(model=None)
+    budget = Budget(settings.wall_s, settings.memory_mb)
+    tools = Workbench(bench, device, measure_base, budget=budget)
     try:
         proposal = rule_proposal(base, bench.backend, max_threads=int(device.max_threads_per_block))
     except ProposalError as exc:
@@ -400,7 +422,7 @@ def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> Ag
                                                   if k not in ("backend", "origin")}, origin="rules")
     lead = AGENT_OFF if outcome.get("ok") else f"{AGENT_OFF}; its template was rejected: " \
         f"{outcome.get('message') or outcome.get('error')}"
-    return conclude(bench, tools, AgentSettings(model=None), stop=AGENT_OFF, write=write, dest=dest, lead=lead)
+    return conclude(bench, tools, settings, stop=AGENT_OFF, write=write, dest=dest, lead=lead, budget=budget)
 
 
 def run_stage(bench: Bench, settings: AgentSettings, *, write: bool) -> AgentResult:

@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pytest_ktune.core.errors import KtuneError, SpaceError
+from pytest_ktune.core.expression import EvaluationError, Expression
 from pytest_ktune.core.launch import cdiv
 from pytest_ktune.core.space import Space, Value, checked_expression
 from pytest_ktune.core.target import BACKENDS
+from pytest_ktune.measure.tools import ToolRun
 
-STAGES = ("schema", "space", "compile", "limits", "verify", "crash", "timeout", "ok")
+STAGES = ("schema", "sandbox", "space", "compile", "limits", "verify", "crash", "timeout", "tools", "ok")
 
 
 ORIGINS = ("rules", "agent", "user")
@@ -52,7 +54,13 @@ _MAX_SOURCE = 200_000
 _MAX_VALUES = 64
 
 
-_MAX_POINTS = 50_000  # the most points of a space enumerated to draw a sample from
+MAX_SPACE_POINTS = 100_000  # a larger space is refused: the tuner lists a space's feasible points
+_MAX_CONSTRAINTS = 32
+_MAX_EXPRESSION = 500  # characters of one constraint or launch expression
+_MAX_NOTES = 4_000
+_MAX_INT = 1 << 53
+# A string value becomes -D NAME=value on the compiler's command line: no blanks, quotes or backslashes.
+_STRING_VALUE = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 
 
 class ProposalError(KtuneError):
@@ -72,7 +80,7 @@ class LaunchExpr:
 
     text: str
     names: frozenset[str]
-    _code: Any = field(repr=False, compare=False)
+    _code: Expression = field(repr=False, compare=False)
 
     @classmethod
     def parse(cls, text: str, what: str = "launch") -> LaunchExpr:
@@ -91,11 +99,9 @@ class LaunchExpr:
             raise KtuneError(f"the launch expression {self.text!r} names {', '.join(missing)}, which is "
                              f"not bound here (known: {', '.join(sorted(values))})",
                              hint="use parameters, key dimensions, block/grid, or integers the wrapper binds")
-        scope: dict[str, Any] = dict(_LAUNCH_FUNCS)
-        scope.update(values)
         try:
-            out = eval(self._code, {"__builtins__": {}}, scope)
-        except (ZeroDivisionError, TypeError, ValueError) as exc:
+            out = self._code.evaluate(values)
+        except (ZeroDivisionError, EvaluationError) as exc:
             raise KtuneError(f"the launch expression {self.text!r} failed: {type(exc).__name__}: {exc}",
                              hint="check the expression for these values: " + _kv(values)) from None
         dims = out if isinstance(out, tuple) else (out,)
@@ -116,11 +122,21 @@ def _kv(values: Mapping[str, Any]) -> str:
 
 
 def _check_value(name: str, v: object) -> Value:
-    if isinstance(v, (bool, int, str)):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        if abs(v) >= _MAX_INT:
+            raise ProposalError(f"space.{name}: the integer {str(v)[:30]} is too large (at most 2**53)",
+                                hint="give parameters values a kernel can take, e.g. [64, 128, 256]")
+        return v
+    if isinstance(v, str):
+        if not _STRING_VALUE.match(v):
+            raise ProposalError(f"space.{name}: the value {v[:40]!r} is not 1 to 64 letters, digits or _.+-",
+                                hint="a value becomes -D NAME=value for the compiler: no blanks or quotes")
         return v
     if isinstance(v, float) and math.isfinite(v):
         return v
-    raise ProposalError(f"space.{name}: value {v!r} is not an integer, a finite float, a string or a bool",
+    raise ProposalError(f"space.{name}: value {repr(v)[:40]} is not an integer, a finite float, a string or a bool",
                         hint="give each parameter a list of plain values, e.g. [64, 128, 256]")
 
 
@@ -221,12 +237,28 @@ class Proposal:
             raise ProposalError(f"source: {len(self.source)} characters, more than {_MAX_SOURCE}",
                                 hint="send the kernel only, not a whole library")
         for name, values in self.space.items():
-            if not _IDENT.match(name):
-                raise ProposalError(f"space: {name!r} is not a valid C identifier",
+            if not _IDENT.match(name) or len(name) > 64:
+                raise ProposalError(f"space: {name[:70]!r} is not a valid C identifier (of at most 64 characters)",
                                     hint="parameters become -D macros; use names like BLOCK")
             if len(values) > _MAX_VALUES:
                 raise ProposalError(f"space.{name}: {len(values)} values, more than {_MAX_VALUES}",
                                     hint="keep a space the tuner can search")
+            for v in values:
+                _check_value(name, v)
+        points = math.prod(len(v) for v in self.space.values())
+        if points > MAX_SPACE_POINTS:
+            raise ProposalError(f"space: {points:,} points, more than {MAX_SPACE_POINTS:,}",
+                                hint="give fewer parameters or fewer values; constraints do not shrink the "
+                                     "count, since the search lists every point")
+        if len(self.constraints) > _MAX_CONSTRAINTS or any(len(c) > _MAX_EXPRESSION for c in self.constraints):
+            raise ProposalError(f"constraints: at most {_MAX_CONSTRAINTS}, each of at most {_MAX_EXPRESSION} "
+                                "characters", hint="write short boolean expressions, e.g. 'I % VEC == 0'")
+        if any(len(e) > _MAX_EXPRESSION for e in self.launch.values()):
+            raise ProposalError(f"launch: an expression of more than {_MAX_EXPRESSION} characters",
+                                hint="e.g. 'min(cdiv(n, BLOCK), GRID_CAP)'")
+        if len(self.notes) > _MAX_NOTES:
+            raise ProposalError(f"notes: {len(self.notes)} characters, more than {_MAX_NOTES}",
+                                hint="say briefly what the template changes and why")
         missing = sorted(set(self.space) - set(self.default))
         extra = sorted(set(self.default) - set(self.space))
         if missing or extra:
@@ -256,23 +288,77 @@ class Proposal:
 
 @dataclass(frozen=True)
 class ProposalCheck:
-    """What checking a proposal found. ``ok`` only when the default and every sampled configuration
-    compiled and matched the reference on every case. Sampled configurations that break a device
-    limit (not the default) do not fail the check, since the tuner skips them too; they are listed
-    in ``infeasible``."""
+    """What checking a proposal found, and exactly what it verified. ``ok`` only when every configuration
+    checked compiled and matched the reference on every case it is valid for, inside guard regions, and
+    no checking tool that ran reported an error. Configurations that break a device limit (not the
+    default) do not fail the check, since the tuner skips them too; they are listed in ``infeasible``."""
 
     ok: bool
-    stage: str  # "schema" | "space" | "compile" | "limits" | "verify" | "crash" | "timeout" | "ok"
-    message: str  # the first error, naming the configuration and the case
+    stage: str  # one of STAGES
+    message: str  # the first error, naming the configuration and the case (no path of this machine)
     checked: tuple[Mapping[str, Value], ...]  # configurations compiled and verified
     failures: tuple[tuple[Mapping[str, Value], str], ...]
     infeasible: tuple[tuple[Mapping[str, Value], str], ...] = ()
+    cases: tuple[tuple[str, str], ...] = ()  # every case checked: its id and what its inputs were
+    skipped: tuple[str, ...] = ()  # added cases left out, since the base kernel itself fails them
+    on_edges: tuple[Mapping[str, Value], ...] = ()  # the configurations checked on the edge-value cases
+    coverage: str = ""  # how the configurations were chosen, and what they cover
+    tools: tuple[ToolRun, ...] = ()
+    seed: int = 0
+    guard_bytes: int = 0
 
     def summary(self) -> str:
-        if self.ok:
-            return (f"verified: {len(self.checked)} configurations on every case"
-                    + (f" ({len(self.infeasible)} sampled ones exceed a device limit)" if self.infeasible else ""))
-        return f"rejected at {self.stage}: {self.message}"
+        if not self.ok:
+            return f"rejected at {self.stage}: {self.message}"
+        edges = sum(1 for cid, _ in self.cases if "~" in cid and "~odd(" not in cid)
+        odd = sum(1 for cid, _ in self.cases if "~odd(" in cid)
+        text = (f"verified: {len(self.checked)} configurations on {len(self.cases) - edges - odd} declared case(s)"
+                + (f" and {odd} odd shape(s)" if odd else "")
+                + (f", {len(self.on_edges)} of them on {edges} edge-value case(s)" if edges else "")
+                + (f"; {self.coverage}" if self.coverage else ""))
+        if self.infeasible:
+            text += f" ({len(self.infeasible)} exceed a device limit)"
+        for run in self.tools:
+            text += f"; {_tool_summary(run)}"
+        return text
+
+    def record(self) -> str:
+        """In words, what was verified, for the module a template is written to (``VERIFIED`` there has it all)."""
+        lines = [f"Verified against the base target's reference before it was written: {len(self.checked)} "
+                 f"configurations ({self.coverage or 'as listed in VERIFIED'}), each on the cases below that "
+                 "its constraints allow (the edge-value cases on the configurations named there):"]
+        lines += [f"- {cid}: {what}" for cid, what in self.cases]
+        if self.skipped:
+            lines.append(f"Not checked, since the base kernel itself disagrees with the reference on them: "
+                         f"{', '.join(self.skipped)}.")
+        if self.guard_bytes:
+            lines.append(f"Every buffer lay inside guard regions of {self.guard_bytes} bytes, checked after each run.")
+        for run in self.tools:
+            lines.append(f"{run.describe}: {_tool_summary(run)}.")
+        if not self.tools:
+            lines.append("No checking tool (Oclgrind, compute-sanitizer) ran.")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"configurations": [dict(c) for c in self.checked], "coverage": self.coverage,
+                "cases": dict(self.cases), "configurations_on_edge_values": [dict(c) for c in self.on_edges],
+                "not_checked": list(self.skipped), "seed": self.seed,
+                "guard_bytes": self.guard_bytes,
+                "over_device_limits": [dict(c) for c, _ in self.infeasible],
+                "tools": {r.tool: {"status": r.status, "note": r.note,
+                                   "ran": [{"configuration": dict(c), "cases": list(cases)} for c, cases in r.ran]}
+                          for r in self.tools}}
+
+
+def _tool_summary(run: ToolRun) -> str:
+    if run.status == "unavailable":
+        return f"{run.describe.split(' (')[0]} not run ({run.note or 'not installed'})"
+    ran = f"{len(run.configs)} configurations on {', '.join(run.cases) or 'no case'}"
+    if run.status == "clean":
+        return f"{run.describe.split(' (')[0]} found no error in {ran}"
+    if run.status == "errors":
+        return f"{run.describe.split(' (')[0]} reported errors in {ran}"
+    return f"{run.describe.split(' (')[0]} ran {ran}; {run.note}"
 
 
 class Proposer(Protocol):

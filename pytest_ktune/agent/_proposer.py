@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._client import (
     BudgetError,
     ModelClient,
@@ -14,9 +15,11 @@ from pytest_ktune.agent._client import (
     ModelSettings,
 )
 from pytest_ktune.agent._loop import SYSTEM, _unusable
+from pytest_ktune.agent._messages import for_model_json
 from pytest_ktune.agent._proposal import Proposal, ProposalError
 from pytest_ktune.agent._tools import TOOLS, _check_json, tool_result
 from pytest_ktune.agent._transcript import Transcript, new_run_id
+from pytest_ktune.core.redact import Redactor
 
 
 class AgentProposer:
@@ -25,12 +28,22 @@ class AgentProposer:
     or the endpoint or a budget stops it; ``stop`` says which)."""
 
     def __init__(self, settings: ModelSettings, root: Path, *, max_bad_replies: int = 3) -> None:
+        self.root = root
         self.transcript = Transcript(root / ".ktune" / "agent", new_run_id("templatize"))
         self.client = ModelClient(settings, self.transcript)
         self.max_bad_replies = max_bad_replies
         self.messages: list[Mapping[str, Any]] = []
         self._pending: str | None = None  # the tool call the last proposal came from
         self.stop = ""
+
+    @property
+    def redactor(self) -> Redactor:
+        """What the model sends is redacted with this (the API key and the environment's secrets)."""
+        return self.client.redactor
+
+    def use_budget(self, budget: Budget) -> None:
+        """Keep the model's requests within ``budget`` (templatize's run)."""
+        self.client.budget = budget
 
     def __call__(self, previous: Any, check: Any, context: Mapping[str, Any]) -> Any:
 
@@ -39,8 +52,9 @@ class AgentProposer:
             self.messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": _context_text(
                 context, previous, check)}]
         elif self._pending is not None:
+            answer = _check_json(check) if check is not None else {"ok": False}
             self.messages.append({"role": "tool", "tool_call_id": self._pending,
-                                  "content": json.dumps(_check_json(check) if check is not None else {"ok": False})})
+                                  "content": json.dumps(for_model_json(answer, self.root))})
         self._pending = None
         bad = 0
         try:
@@ -63,7 +77,7 @@ class AgentProposer:
                                 and call.arguments.get("action") == "finish":
                             self.stop = "the model finished"
                         text = call.error or ("one proposal at a time" if chosen is not None else "noted")
-                        self.messages.append(tool_result(call, {"ok": not call.error, "note": text}))
+                        self.messages.append(tool_result(call, {"ok": not call.error, "note": text}, self.root))
                         continue
                     assert call.arguments is not None
                     try:
@@ -72,7 +86,7 @@ class AgentProposer:
                         self._pending = call.id
                     except ProposalError as exc:
                         self.messages.append(tool_result(call, {"ok": False, "error": exc.message,
-                                                                "hint": exc.hint}))
+                                                                "hint": exc.hint}, self.root))
                 if chosen is not None:
                     return chosen
                 if self.stop:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_ktune import backends
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._check import check_proposal
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, ProposalError, Proposer
 from pytest_ktune.agent._rules import rule_proposal
@@ -24,7 +25,9 @@ from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.redact import Redactor
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.tune import tune_key
 
@@ -43,6 +46,9 @@ class TemplatizeSettings:
     trials: int = 20
     trial_timeout_s: float = 60.0
     max_rounds: int = 4
+    wall_s: float = 1800.0  # the whole command: model calls, checks and tuning
+    memory_mb: int = 8192
+    tools: ToolPlan = field(default_factory=ToolPlan)
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,14 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
 
     out = stream if stream is not None else sys.stdout
     say: list[str] = []
+    redactor: Redactor = getattr(proposer, "redactor", None) or Redactor()
+    budget = Budget(settings.wall_s, settings.memory_mb)
+    bind = getattr(proposer, "use_budget", None)
+    if callable(bind):
+        bind(budget)
 
     def emit(line: str) -> None:
+        line = redactor.text(line)  # what the model sent is redacted already; the rest, for the environment's
         say.append(line)
         print(line, file=out, flush=True)
 
@@ -125,7 +137,8 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
 
     def check(p: Proposal) -> ProposalCheck:
         c = check_proposal(p, base, root=root, backend=settings.backend, sample=settings.sample,
-                           seed=settings.seed, trial_timeout_s=settings.trial_timeout_s)
+                           seed=settings.seed, trial_timeout_s=settings.trial_timeout_s, tools=settings.tools,
+                           budget=budget)
         attempts.append((p, c))
         params = ", ".join(f"{k}={list(v)}" for k, v in p.space.items())
         emit(f"{p.origin} proposal ({params}): {c.summary()}")
@@ -144,7 +157,14 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
     if proposer is not None:
         previous, previous_check = rules, rules_check
         for round_ in range(settings.max_rounds):
-            nxt = proposer(previous, previous_check, _context(base, settings, kernel_file, device, round_))
+            if budget.spent():
+                emit(f"the agent was stopped: {budget.spent()}")
+                break
+            try:
+                nxt = proposer(previous, previous_check, _context(base, settings, kernel_file, device, round_))
+            except Exception as exc:  # a proposer that fails ends the rounds; what verified is kept
+                emit(f"the agent stopped proposing: {type(exc).__name__}: {exc}")
+                break
             if nxt is None:
                 stop = getattr(proposer, "stop", "")
                 emit(f"the agent stopped proposing{': ' + stop if stop else ''}")
@@ -159,9 +179,13 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
         return TemplatizeResult(base, tuple(attempts), None, messages=tuple(say))
     tuned: tuple[Any, ...] = ()
     if settings.tune:
-        tuned = _tune(chosen, base, root=root, settings=settings, emit=emit)
+        try:
+            tuned = _tune(chosen, base, root=root, settings=settings, emit=emit, budget=budget)
+        except KtuneError as exc:  # the verified template is still written
+            emit(f"tuning the verified template failed: {exc.message}")
+    verified = next(c for p, c in reversed(attempts) if p is chosen)
     dest = settings.out if settings.out is not None else kernel_file.resolve().parent
-    written = write_template(chosen, base, dest=dest)
+    written = write_template(chosen, base, dest=dest, verified=verified)
     for p in written:
         emit(f"wrote {p}")
     if not dest.resolve().is_relative_to(root.resolve()):
@@ -180,12 +204,14 @@ def _device_limits(backend: str) -> dict[str, int]:
             "shared_mem_per_block": int(d.shared_mem_per_block)}
 
 
-def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSettings, emit: Any) -> tuple[Any, ...]:
+def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSettings, emit: Any,
+          budget: Budget) -> tuple[Any, ...]:
     """Search the verified template's space with the tuner, per key; nothing goes to the params file."""
 
     target = proposal_target(chosen, base, workdir=root / ".ktune" / "agent" / "targets")
-    tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, trial_timeout_s=settings.trial_timeout_s,
-                             write=False)
+    budget.check()
+    tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, timeout_s=budget.cap(budget.left_s()),
+                             trial_timeout_s=budget.cap(settings.trial_timeout_s), write=False)
     ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=settings.backend,
                       settings=tsettings, progress=None)
     outcomes = []
@@ -217,6 +243,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
     p.add_argument("--model", default=None, help="the model of an OpenAI-compatible endpoint (OPENAI_BASE_URL)")
     p.add_argument("--max-rounds", type=int, default=4, help="proposals the agent may make (default 4)")
+    p.add_argument("--wall", type=float, default=1800.0, help="seconds for the whole command (default 1800)")
+    p.add_argument("--memory", type=int, default=8192, help="MiB of resident memory, workers included (default 8192)")
+    p.add_argument("--tools", default="auto", choices=("auto", "require", "off"),
+                   help="run accepted templates under Oclgrind (OpenCL) or compute-sanitizer (CUDA): auto (where "
+                        "installed), require (a missing tool rejects the template), off")
 
 
 def _agent_proposer(args: Any) -> Proposer | None:
@@ -239,12 +270,13 @@ def run_cli(args: Any) -> int:
             raise KtuneError(f"cannot tell the backend of {args.kernel} from its suffix",
                              hint="pass --backend cuda or --backend opencl")
         backend = "cuda" if suffix == ".cu" else "opencl"
-    if args.sample < 0 or args.trials < 1 or args.max_rounds < 0:
-        raise KtuneError("--sample must be 0 or more, --trials 1 or more, --max-rounds 0 or more",
-                         hint="e.g. --sample 8 --trials 20")
+    if args.sample < 0 or args.trials < 1 or args.max_rounds < 0 or args.wall <= 0 or args.memory <= 0:
+        raise KtuneError("--sample must be 0 or more, --trials 1 or more, --max-rounds 0 or more, --wall and "
+                         "--memory positive", hint="e.g. --sample 8 --trials 20")
     settings = TemplatizeSettings(backend=backend, sample=args.sample, seed=args.seed, out=args.out,
                                   tune=args.tune, trials=args.trials, trial_timeout_s=args.trial_timeout,
-                                  max_rounds=args.max_rounds)
+                                  max_rounds=args.max_rounds, wall_s=args.wall, memory_mb=args.memory,
+                                  tools=ToolPlan(mode=args.tools))
     result = templatize(args.kernel, args.target, root=args.root.resolve(), settings=settings,
                         proposer=_agent_proposer(args))
     return 0 if result.written else 1

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pytest_ktune import backends
+from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._check import check_proposal
 from pytest_ktune.agent._client import Tool, ToolCall
+from pytest_ktune.agent._messages import for_model_json
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, ProposalError
 from pytest_ktune.agent._sandbox import proposal_target
 from pytest_ktune.core.errors import KtuneError
@@ -25,6 +27,7 @@ from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import target_id
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.tuner.encoding import Encoding, label_study, stored_mode
 from pytest_ktune.tuner.loop import enqueue
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
@@ -53,13 +56,15 @@ PLAN_ACTIONS = ("narrow", "widen", "enqueue", "revise", "finish")
 
 TOOLS: tuple[Tool, ...] = (
     Tool("propose_template",
-         "Commit a template revision. It is compiled and verified against the reference on every case, for "
-         "its default and a sample of its space, in an isolated worker; once verified, its space is searched "
-         "with Optuna and the best time is returned. A failed check returns the error to fix.",
+         "Commit a template revision. It is compiled and verified against the reference in an isolated worker: "
+         "every value and every pair of values of its space, on every case, on edge values (zeros, tiny, "
+         "large, a sweep) and on a shape no vector width divides, with guards around every buffer, then under "
+         "a race and out-of-bounds checker; once verified, its space is searched with Optuna and the best time "
+         "is returned. A failed check returns the error to fix.",
          TEMPLATE_SCHEMA),
     Tool("test_template",
-         "Compile and verify a template (default + a sample of its space, every case) without searching it "
-         "or committing it.",
+         "Check a template as propose_template does, without searching it or committing it; `sample` adds "
+         "that many configurations drawn at random.",
          {**TEMPLATE_SCHEMA, "properties": {**TEMPLATE_PROPERTIES,
                                             "sample": {"type": "integer", "minimum": 0, "maximum": 32}}}),
     Tool("analyze",
@@ -138,6 +143,7 @@ class Bench:
     tune: TuneSettings
     sample: int = 8
     progress: TextIO | None = None
+    tools: ToolPlan = field(default_factory=ToolPlan)  # the checking tools each accepted template runs under
 
     @property
     def scratch(self) -> Path:
@@ -151,8 +157,10 @@ class ToolFailure(Exception):
 class Workbench:
     """Carries out tool calls against the base target, and keeps what they found."""
 
-    def __init__(self, bench: Bench, device: Any, measure_base: Callable[[Bench], Sequence[BaseTime]]) -> None:
+    def __init__(self, bench: Bench, device: Any, measure_base: Callable[[Bench], Sequence[BaseTime]], *,
+                 budget: Budget | None = None) -> None:
         self.bench = bench
+        self.budget = budget
         self.device = device
         self._measure_base = measure_base
         self._base_times: list[BaseTime] | None = None
@@ -190,6 +198,9 @@ class Workbench:
         except KtuneError as exc:  # e.g. the base kernel could not be timed: the model hears of it, the run goes on
             self.failures.append(f"{call.name}: {exc.message}")
             return {"ok": False, "error": exc.render()}
+        except Exception as exc:  # nothing the model sends may end the run: it hears what went wrong
+            self.failures.append(f"{call.name}: {type(exc).__name__}: {exc}")
+            return {"ok": False, "error": f"the call could not be carried out: {type(exc).__name__}: {exc}"}
         return {"ok": False, "error": f"unknown tool {call.name}"}
 
     def run_tool(self, name: str, args: Mapping[str, Any], *, origin: str = "agent") -> dict[str, Any]:
@@ -232,7 +243,7 @@ class Workbench:
         b = self.bench
         result = check_proposal(proposal, b.base, root=b.root, backend=b.backend,
                                 sample=b.sample if sample is None else sample, seed=b.tune.seed or 0,
-                                trial_timeout_s=b.tune.trial_timeout_s)
+                                trial_timeout_s=b.tune.trial_timeout_s, tools=b.tools, budget=self.budget)
         self.checks[digest] = result
         if not result.ok:
             self._failed(f"template rejected ({result.stage}): {result.message}")
@@ -268,6 +279,10 @@ class Workbench:
 
         b = self.bench
         settings = replace(b.tune, write=False, trials=trials)
+        if self.budget is not None:
+            self.budget.check()
+            left = self.budget.cap(settings.timeout_s or self.budget.left_s())
+            settings = replace(settings, timeout_s=left, trial_timeout_s=min(settings.trial_timeout_s, left))
         ctx = TuneContext(root=b.root, params_path=b.scratch / "agent" / "no-params.json", backend=b.backend,
                           settings=settings, progress=b.progress)
         queued, self.queued = self.queued, []
@@ -452,6 +467,7 @@ def _check_json(result: ProposalCheck) -> dict[str, Any]:
     return out
 
 
-def tool_result(call: ToolCall, content: Mapping[str, Any]) -> dict[str, Any]:
-    """The message that answers a tool call."""
-    return {"role": "tool", "tool_call_id": call.id, "content": json.dumps(content, default=str)[:20000]}
+def tool_result(call: ToolCall, content: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
+    """The message that answers a tool call: no path of this machine in it (``_messages.for_model``)."""
+    text = json.dumps(for_model_json(json.loads(json.dumps(content, default=str)), root))
+    return {"role": "tool", "tool_call_id": call.id, "content": text[:20000]}

@@ -233,6 +233,56 @@ def device_inputs(backend: Backend) -> DeviceInputs | None:
     return cast("DeviceInputs", backend) if ok else None
 
 
+class GuardedArray(Protocol):
+    """A device array with guard regions before and after it, in one allocation (``GuardedAllocation``).
+
+    ``array`` is the middle, what the kernel is handed, of the shape and dtype asked for; the guards
+    are ``guard_bytes`` each, and nothing of the kernel's should ever touch them."""
+
+    array: Any
+    guard_bytes: int
+
+    def set(self, host: np.ndarray) -> None:
+        """Copy ``host`` (of the array's shape and dtype) into the middle."""
+        ...
+
+    def copy_from(self, device: Any) -> None:
+        """Copy the device array ``device`` (of the array's shape and dtype) into the middle, on the device."""
+        ...
+
+    def poison(self) -> None:
+        """Fill the middle with ``poison_value`` (as ``Backend.empty(poison=True)`` does)."""
+        ...
+
+    def write_guards(self, front: bytes, back: bytes) -> None:
+        """Fill the guard before the middle with ``front`` and the one after it with ``back``."""
+        ...
+
+    def read_guards(self) -> tuple[bytes, bytes]:
+        """The bytes of both guards now, after the device's queued work has finished."""
+        ...
+
+
+class GuardedAllocation(Protocol):
+    """The optional capability of allocating guarded arrays, so checks can catch out-of-bounds accesses."""
+
+    def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> GuardedArray | None:
+        """A guarded array, its guards at least ``guard_bytes`` each (rounded up to the device's
+        alignment); None where this backend cannot guard it (an empty array, say)."""
+        ...
+
+
+def guarded_empty(backend: Backend, shape: Sequence[int], dtype: Any, guard_bytes: int) -> GuardedArray | None:
+    """``backend.guarded_empty(...)``, or None for a backend without it."""
+    method = getattr(backend, "guarded_empty", None)
+    if method is None or guard_bytes <= 0:
+        return None
+    out: GuardedArray | None = method(shape, dtype, guard_bytes)
+    return out
+
+
+
+
 BackendFactory = Callable[[], Backend]
 
 

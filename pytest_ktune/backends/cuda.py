@@ -116,6 +116,47 @@ class _Program:
         return self._functions[name]
 
 
+@dataclass
+class _Guarded:
+    """A CuPy view into the middle of one byte allocation: guard, middle, guard."""
+
+    backend: CudaBackend
+    whole: Any  # a cupy uint8 array holding all three
+    array: Any  # the view of the middle, of the shape and dtype asked for
+    guard_bytes: int
+    nbytes: int
+
+    def _middle(self) -> Any:
+        return self.whole[self.guard_bytes:self.guard_bytes + self.nbytes]
+
+    def set(self, host: np.ndarray) -> None:
+        flat = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        self._middle().set(flat)
+
+    def copy_from(self, device: Any) -> None:
+        cp = self.backend.cp
+        self._middle()[...] = cp.ascontiguousarray(device).reshape(-1).view(cp.uint8)
+
+    def poison(self) -> None:
+        dt = np.dtype(self.array.dtype)
+        if is_bfloat16(dt):
+            self._middle().view(np.uint16).fill(_BF16_NAN)
+        else:
+            self._middle().view(dt).fill(poison_value(dt))
+
+    def write_guards(self, front: bytes, back: bytes) -> None:
+        g, n = self.guard_bytes, self.nbytes
+        self.whole[:g].set(np.frombuffer(front, dtype=np.uint8))
+        self.whole[g + n:].set(np.frombuffer(back, dtype=np.uint8))
+        self.backend.synchronize()
+
+    def read_guards(self) -> tuple[bytes, bytes]:
+        self.backend.synchronize()
+        g, n = self.guard_bytes, self.nbytes
+        cp = self.backend.cp
+        return cp.asnumpy(self.whole[:g]).tobytes(), cp.asnumpy(self.whole[g + n:]).tobytes()
+
+
 class _Timer:
     """Times a CUDA graph of ``repeats`` passes over the launch sets (events, if capture fails)."""
 
@@ -174,6 +215,7 @@ class CudaBackend:
     """CuPy on the current CUDA device; kernels compile with NVRTC, parameters as ``-D`` defines."""
 
     name = "cuda"
+    defines_are_macros = True  # -D macros of a C preprocessor: a name the source never spells changes nothing
 
     def __init__(self) -> None:
         self.cp = cp = _cupy()
@@ -256,6 +298,19 @@ class CudaBackend:
             else:
                 out.fill(poison_value(dt))
         return out
+
+    def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> _Guarded | None:
+        """A view into the middle of one allocation, its guards rounded up to 256 bytes (CUDA's
+        allocation alignment, so the view is as aligned as a plain array); None for an empty array."""
+        dt = as_dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if nbytes == 0:
+            return None
+        guard = -(-guard_bytes // 256) * 256
+        whole = self.cp.empty(2 * guard + nbytes, dtype=np.uint8)
+        middle = whole[guard:guard + nbytes]
+        view = (middle.view(np.uint16).view(dt) if is_bfloat16(dt) else middle.view(dt)).reshape(tuple(shape))
+        return _Guarded(self, whole, view, guard, nbytes)
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, self.cp.ndarray)

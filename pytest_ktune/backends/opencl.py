@@ -128,6 +128,44 @@ class _Program:
         return self._functions[name]
 
 
+@dataclass
+class _Guarded:
+    """A pyopencl array on a sub-buffer of a larger buffer: guard, middle, guard."""
+
+    backend: OpenCLBackend
+    whole: Any  # the cl.Buffer holding all three
+    array: Any  # a pyopencl.array.Array on the middle's sub-buffer
+    guard_bytes: int
+    nbytes: int
+
+    def set(self, host: np.ndarray) -> None:
+        self.array.set(np.ascontiguousarray(host), queue=self.backend.queue)
+
+    def copy_from(self, device: Any) -> None:
+        src = device if device.flags.c_contiguous else device.copy()
+        self.backend.cl.enqueue_copy(self.backend.queue, self.array.base_data, src.base_data, byte_count=self.nbytes,
+                                     src_offset=src.offset, dst_offset=self.array.offset)
+
+    def poison(self) -> None:
+        dt = np.dtype(self.array.dtype)
+        self.set(np.full(tuple(self.array.shape), poison_value(dt), dtype=dt))
+
+    def write_guards(self, front: bytes, back: bytes) -> None:
+        cl, q = self.backend.cl, self.backend.queue
+        cl.enqueue_copy(q, self.whole, np.frombuffer(front, dtype=np.uint8), dst_offset=0)
+        cl.enqueue_copy(q, self.whole, np.frombuffer(back, dtype=np.uint8), dst_offset=self.guard_bytes + self.nbytes)
+        q.finish()
+
+    def read_guards(self) -> tuple[bytes, bytes]:
+        cl, q = self.backend.cl, self.backend.queue
+        front = np.empty(self.guard_bytes, dtype=np.uint8)
+        back = np.empty(self.guard_bytes, dtype=np.uint8)
+        cl.enqueue_copy(q, front, self.whole, src_offset=0)
+        cl.enqueue_copy(q, back, self.whole, src_offset=self.guard_bytes + self.nbytes)
+        q.finish()
+        return front.tobytes(), back.tobytes()
+
+
 class _Timer:
     def __init__(self, backend: OpenCLBackend, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
         self.backend = backend
@@ -170,6 +208,7 @@ class OpenCLBackend:
     """
 
     name = "opencl"
+    defines_are_macros = True  # -D macros of a C preprocessor: a name the source never spells changes nothing
 
     def __init__(self, queue: Any | None = None) -> None:
         self.cl = cl = _cl()
@@ -255,6 +294,23 @@ class OpenCLBackend:
         if poison:
             return self.to_device(np.full(tuple(shape), poison_value(dt), dtype=dt))
         return self.cl.array.empty(self.queue, tuple(shape), dt)
+
+    def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> _Guarded | None:
+        """An array on a sub-buffer in the middle of one buffer, its guards rounded up to the device's
+        base-address alignment (a sub-buffer must start on it); None for an empty array."""
+        dt = as_dtype(dtype)
+        _refuse_bfloat16(dt, tuple(shape))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if nbytes == 0:
+            return None
+        align = max(1, int(self.cl_device.mem_base_addr_align) // 8)
+        guard = -(-guard_bytes // align) * align
+        cl = self.cl
+        whole = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 2 * guard + nbytes)
+        middle = whole.get_sub_region(guard, nbytes)
+        array = cl.array.Array(self.queue, tuple(shape), dt, data=middle)
+        array._ktune_whole = whole  # the sub-buffer's parent lives as long as the array
+        return _Guarded(self, whole, array, guard, nbytes)
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, self.cl.array.Array)

@@ -30,6 +30,13 @@ class Tensor:
     a callable ``(rng, shape, dtype) -> ndarray``. Inputs are drawn fresh for
     every check, from a seed printed on failure.
 
+    Edge values, for checks that must reach what random inputs never do (``EDGE_INITS``; the agent
+    checks templates with them): ``"zeros"``; ``"tiny"`` (magnitudes from the dtype's smallest
+    subnormal to 16 times its smallest normal, either sign); ``"large"`` (magnitudes from the 8th to
+    the 4th root of the dtype's largest value, either sign: large, yet a sum of squares of a row stays
+    finite); ``"sweep"`` (zero, and every decade from tiny to large with the values where common
+    branches differ, 0.5 to 88, either sign, in shuffled places). ``scale`` does not apply to them.
+
     ``dtype="bfloat16"`` gives ``ml_dtypes.bfloat16`` arrays (CUDA backend only): values are drawn
     in float32 (a callable ``init`` is given float32 too) and rounded to bfloat16, to nearest even.
     """
@@ -79,8 +86,43 @@ class Tensor:
             return (rng.uniform(0.5, 1.5, self.shape) * self.scale).astype(dt)
         if self.init == "int":
             return rng.integers(self.low, self.high, self.shape).astype(dt)
+        if self.init in EDGE_INITS:
+            return edge_values(self.init, rng, self.shape, dt)
         raise KtuneError(f"unknown Tensor init {self.init!r}",
-                         hint="use normal, uniform, positive, int or a callable")
+                         hint=f"use normal, uniform, positive, int, {', '.join(EDGE_INITS)} or a callable")
+
+
+#: The ``init`` kinds of edge values (see ``Tensor``).
+EDGE_INITS = ("zeros", "tiny", "large", "sweep")
+
+# Values where common branches of kernels differ: rounding and sign (0.5, 1, 2), a gate or clamp
+# threshold (8, 8.5, 16), softplus's and exp's cut-offs in float32 (20, 30, 88).
+_BRANCH_POINTS = (0.5, 1.0, 2.0, 4.0, 8.0, 8.5, 16.0, 20.0, 30.0, 88.0)
+
+
+def edge_values(kind: str, rng: np.random.Generator, shape: tuple[int, ...], dt: np.dtype[Any]) -> np.ndarray:
+    """An array of ``shape`` and ``dt`` filled with the edge values ``kind`` names (``EDGE_INITS``)."""
+    if kind == "zeros":
+        return np.zeros(shape, dtype=dt)
+    if dt.kind not in "f":
+        raise KtuneError(f"Tensor init {kind!r} is for float tensors, not {dt}",
+                         hint="use zeros, or int with low and high, for integer tensors")
+    info = np.finfo(dt)
+    n = math.prod(shape)
+    large = float(info.max) ** 0.25
+    if kind == "tiny":
+        lo, hi = math.log(float(info.smallest_subnormal)), math.log(float(info.tiny) * 16)
+        mags = np.exp(rng.uniform(lo, hi, n))
+    elif kind == "large":
+        mags = np.exp(rng.uniform(math.log(float(info.max) ** 0.125), math.log(large), n))
+    else:
+        decades = np.arange(math.floor(math.log10(float(info.tiny))), math.floor(math.log10(large)) + 1)
+        points = [0.0, *(10.0 ** decades), *(b for b in _BRANCH_POINTS if b <= large)]
+        mags = np.resize(np.array(points, dtype=np.float64), n)
+    signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    values = (mags * signs).astype(dt)
+    rng.shuffle(values)
+    return values.reshape(shape)
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,18 @@ class Redactor:
         return self.text(str(v))
 
 
+    def strings(self, v: Any) -> Any:
+        """``v`` (JSON) with every string in it redacted, dictionary keys too; unlike ``value``, no field
+        is dropped for its name (a model's tool arguments keep their shape)."""
+        if isinstance(v, str):
+            return self.text(v)
+        if isinstance(v, Mapping):
+            return {self.text(str(k)): self.strings(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [self.strings(x) for x in v]
+        return v
+
+
 def redact(text: str, secrets: Iterable[str] = (), *, whole_credentials: bool = False) -> str:
     """``text`` without ``secrets``, credential-looking tokens and URL passwords (all of a URL's
     credentials with ``whole_credentials``); environment values are not looked up (``Redactor``

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_ktune.core.errors import KtuneError, SpaceError
+from pytest_ktune.core.expression import EvaluationError, Expression, ExpressionTooLarge, check_tree
 
 Value = int | float | str | bool
 
@@ -31,29 +32,40 @@ _FUNCTIONS: dict[str, Any] = {"min": min, "max": max, "abs": abs}
 
 def checked_expression(text: str, *, label: str, nodes: tuple[type, ...], functions: Mapping[str, Any],
                        error: type[KtuneError], hint: str, node_hint: str | None = None,
-                       call_hint: str | None = None, integers_only: bool = False) -> tuple[Any, frozenset[str]]:
+                       call_hint: str | None = None, integers_only: bool = False) -> tuple[Expression, frozenset[str]]:
     """Compile ``text`` as one expression made only of ``nodes``, calling only ``functions`` by name
     (and, with ``integers_only``, holding no other constant than integers), so that evaluating it can
-    never run arbitrary code. Returns the code and the names it reads; raises ``error`` (a KtuneError
-    taking ``hint``) saying what is not allowed."""
+    never run arbitrary code; it is evaluated within the bounds of ``core.expression`` (its size, the
+    size of its integers). Returns the compiled expression and the names it reads; raises ``error``
+    (a KtuneError taking ``hint``) saying what is not allowed."""
+    if not isinstance(text, str):
+        raise error(f"{label} {text!r} is not a string", hint=hint)
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = check_tree(text)
     except SyntaxError as exc:
-        raise error(f"{label} {text!r} is not a valid expression ({exc.msg})", hint=hint) from None
+        raise error(f"{label} {_clip(text)!r} is not a valid expression ({exc.msg})", hint=hint) from None
+    except ExpressionTooLarge as exc:
+        raise error(f"{label} {_clip(text)!r} is too large: {exc}", hint=hint) from None
     names: set[str] = set()
     for node in ast.walk(tree):
         if not isinstance(node, nodes):
-            raise error(f"{label} {text!r} uses {type(node).__name__}, which is not allowed",
+            raise error(f"{label} {_clip(text)!r} uses {type(node).__name__}, which is not allowed",
                         hint=node_hint or hint)
         if integers_only and isinstance(node, ast.Constant) and type(node.value) is not int:
-            raise error(f"{label} {text!r} has the constant {node.value!r}; only integers are allowed", hint=hint)
+            raise error(f"{label} {_clip(text)!r} has the constant {node.value!r}; only integers are allowed",
+                        hint=hint)
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id in functions) or node.keywords:
-                raise error(f"{label} {text!r} calls something other than {_listed(functions)}",
+                raise error(f"{label} {_clip(text)!r} calls something other than {_listed(functions)}",
                             hint=call_hint or hint)
         elif isinstance(node, ast.Name) and node.id not in functions:
             names.add(node.id)
-    return compile(tree, f"<{label} {text.strip()}>", "eval"), frozenset(names)
+    return Expression(tree, text.strip(), functions), frozenset(names)
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def _listed(functions: Mapping[str, Any]) -> str:
@@ -71,7 +83,7 @@ class Constraint:
 
     text: str
     names: frozenset[str]
-    _code: Any = field(repr=False, compare=False)
+    _code: Expression = field(repr=False, compare=False)
 
     @classmethod
     def parse(cls, text: str) -> Constraint:
@@ -83,12 +95,18 @@ class Constraint:
         return cls(text=text, names=names, _code=code)
 
     def holds(self, values: Mapping[str, Any]) -> bool:
-        scope = dict(_FUNCTIONS)
-        scope.update(values)
+        """Whether the constraint holds for these values (a division by zero: it does not). Raises
+        SpaceError where it cannot be evaluated (a name not bound, text compared with a number, an
+        integer past the bound of ``core.expression``)."""
         try:
-            return bool(eval(self._code, {"__builtins__": {}}, scope))
+            return bool(self._code.evaluate(values))
         except ZeroDivisionError:
             return False
+        except EvaluationError as exc:
+            shown = ", ".join(f"{k}={v!r}" for k, v in sorted(values.items()) if k in self.names)
+            raise SpaceError(f"constraint {_clip(self.text)!r} cannot be evaluated for {shown or 'these values'}: "
+                             f"{exc}", hint="write arithmetic on the parameters and the key's numbers, with "
+                                            "small integers") from None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pytest_ktune.core.includes import source_hash
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.measure.bench import BenchConfig, calls_per_sample, rotation_for, should_flush
 from pytest_ktune.measure.fixture import Fixture, FixtureCache, Job, device_outputs, fixture_for
+from pytest_ktune.measure.guards import Guards
 from pytest_ktune.measure.runtime import run, to_host_tree
 from pytest_ktune.measure.verify import as_outputs, check_outputs, check_structure
 
@@ -58,7 +59,8 @@ def _host_expected(job: Job, fixture: Fixture) -> list[np.ndarray]:
 
 def verify_once(job: Job, params: Mapping[str, Value], seed: int, *, repro: str = "",
                 source: str | None = None, cache: FixtureCache | None = None) -> list[Launch]:
-    """Run ``params`` on the fixture of ``seed`` (fresh copies of its inputs, poisoned outputs); raise
+    """Run ``params`` on the fixture of ``seed`` (fresh copies of its inputs, poisoned outputs, every
+    buffer inside guards: ``measure.guards``, where a write outside a buffer raises GuardError); raise
     unless the outputs match the reference. Returns the launches of the run. With ``cache``, a
     fixture made before for the same case and seed is reused.
 
@@ -71,15 +73,19 @@ def verify_once(job: Job, params: Mapping[str, Value], seed: int, *, repro: str 
 
 def _verify(job: Job, params: Mapping[str, Value], fixture: Fixture, *, repro: str,
             source: str | None, again: bool = True) -> list[Launch]:
-    """One checked run; without ``again``, a configuration this fixture has verified already is run
-    without a second check."""
+    """One checked run, inside guards; without ``again``, a configuration this fixture has verified
+    already is run without a second check (and without guards)."""
     done = (config_key(params), None if source is None else source_hash(source))
     if not again and done in fixture.verified:
         _, launches = run(job.backend, job.target, params, fixture.fresh(job.backend), source=source)
         return launches
-    result, launches = run(job.backend, job.target, params, fixture.fresh(job.backend), poison=True,
-                           source=source)
+    guards = Guards.for_backend(job.backend)
+    bound = fixture.fresh(job.backend) if guards is None else fixture.guarded(job.backend, guards)
+    result, launches = run(job.backend, job.target, params, bound, poison=True, source=source,
+                           alloc=guards.output if guards is not None else None)
     job.backend.synchronize()
+    if guards is not None:
+        guards.check(job.case_id, job.target.where)
     if not passes_on_device(job, result, fixture):
         got = to_host_tree(job.backend, result)
         expected = _host_expected(job, fixture)

@@ -24,6 +24,7 @@ from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.dtypes import dtype_family
 from pytest_ktune.core.reference import is_array_api
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure.guards import Guards
 from pytest_ktune.measure.verify import as_outputs, call_reference, draw_inputs, tensor_seed
 
 
@@ -81,6 +82,10 @@ class Fixture:
     def fresh(self, backend: Backend) -> dict[str, Any]:
         """The inputs for one run: device copies of the tensors, the other values as they are."""
         return {k: v.copy() if backend.owns(v) else v for k, v in self.inputs.items()}
+
+    def guarded(self, backend: Backend, guards: Guards) -> dict[str, Any]:
+        """The inputs for one checked run: device copies of the tensors inside ``guards``' regions."""
+        return {k: guards.copy(k, v) if backend.owns(v) else v for k, v in self.inputs.items()}
 
 
 def _tree_bytes(value: Any) -> int:

@@ -13,6 +13,7 @@ from pytest_ktune.core.compare import Comparison, compare_one
 from pytest_ktune.core.dtypes import dtype_family
 from pytest_ktune.core.errors import MismatchError, ReferenceShapeError
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure.guards import Guards
 
 
 def case_seed(base: int, target: Target, case_id: str, purpose: str = "check") -> int:
@@ -100,5 +101,8 @@ def call_reference(target: Target, inputs: Mapping[str, Any], *, copy: bool = Tr
     return target.reference(**inputs)
 
 
-def upload(backend: Any, host_inputs: Mapping[str, Any]) -> dict[str, Any]:
+def upload(backend: Any, host_inputs: Mapping[str, Any], guards: Guards | None = None) -> dict[str, Any]:
+    """The host inputs on the device (arrays only), each in a guarded buffer with ``guards``."""
+    if guards is not None:
+        return {k: (guards.upload(k, v) if isinstance(v, np.ndarray) else v) for k, v in host_inputs.items()}
     return {k: (backend.to_device(v) if isinstance(v, np.ndarray) else v) for k, v in host_inputs.items()}

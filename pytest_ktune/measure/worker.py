@@ -35,7 +35,7 @@ from pytest_ktune.core.errors import (
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.bench import BenchConfig, measure, measure_ab
-from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets
+from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets, verify_once
 from pytest_ktune.measure.process import ChildProcess, ChildStartError, ignore_interrupts
 from pytest_ktune.measure.runtime import compile_target
 
@@ -64,6 +64,9 @@ class WorkerSpec:
     cache_dir: str | None = None
     bench: BenchConfig | None = None  # None: the backend's default
     factory: str | None = None  # ``module:qualname`` of a plugin's backend factory (None: built in)
+    # Check each configuration on every case whose key its constraints allow, without timing it (times
+    # stay empty); a configuration no case allows fails.
+    verify_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,9 @@ class Outcome:
     compile_s: float = 0.0
     run_s: float = 0.0
     resources: Mapping[str, int] = field(default_factory=dict)
+    detail: str = ""  # a compile failure's whole message (the reason is its first error line)
+    # With ``verify_only``: every case that failed its check, with the reason (the first is ``reason``).
+    failed_cases: tuple[tuple[str, str], ...] = ()
 
     @property
     def value_s(self) -> float:
@@ -137,6 +143,7 @@ class _Evaluator:
         self.cfg = spec.bench or BenchConfig.for_backend(self.backend)
         self.jobs = [Job.of(self.backend, self.target, self.target.cases[i]) for i in spec.cases]
         self.inputs = FixtureCache()
+        self.verify_only = spec.verify_only
 
     def compile_all(self, configs: Sequence[Mapping[str, Value]]) -> dict[int, tuple[float, str]]:
         """Compile every configuration for every case's defines, in parallel. Returns, per index,
@@ -156,13 +163,32 @@ class _Evaluator:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             return dict(enumerate(pool.map(one, configs)))
 
-    def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int) -> Outcome:
+    def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int,
+                 only: frozenset[int] | None = None) -> Outcome:
 
         t0 = time.perf_counter()
         times = []
         resources: dict[str, int] = {}
+        failed: list[tuple[str, str]] = []
+        ran = 0
         try:
             for j, job in enumerate(self.jobs):
+                if self.verify_only:
+                    if (only is not None and j not in only) or not self.target.space.valid(cfg, job.key):
+                        continue
+                    ran += 1
+                    try:
+                        launches = verify_once(job, cfg, seed + 7919 * j, cache=self.inputs)
+                    except (LaunchError, CompileError):
+                        raise
+                    except KtuneError as exc:  # each case's verdict, not only the first
+                        failed.append((job.case_id, _one_line(exc.message)))
+                        continue
+                    reason = self._limits(launches, resources)
+                    if reason:
+                        return Outcome(cfg, "infeasible", reason, compile_s=compile_s,
+                                       run_s=time.perf_counter() - t0, resources=resources)
+                    continue
                 sets, flush = timing_sets(job, cfg, seed + 7919 * j, cache=self.inputs, cfg=self.cfg)
                 reason = self._limits(sets[0], resources)
                 if reason:
@@ -179,6 +205,12 @@ class _Evaluator:
                            run_s=time.perf_counter() - t0)
         finally:
             self.backend.release()
+        if failed:
+            return Outcome(cfg, "failed", failed[0][1], compile_s=compile_s, run_s=time.perf_counter() - t0,
+                           resources=resources, failed_cases=tuple(failed))
+        if self.verify_only and not ran and only is None:
+            return Outcome(cfg, "failed", "no case's key allows this configuration (its constraints)",
+                           compile_s=compile_s, run_s=time.perf_counter() - t0)
         return Outcome(cfg, "ok", times=tuple(times), compile_s=compile_s, run_s=time.perf_counter() - t0,
                        resources=resources)
 
@@ -227,6 +259,9 @@ def _one_line(text: str, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+_DETAIL = 20_000  # characters of a compile log an outcome carries
+
+
 def _compile_reason(message: str) -> str:
     """The compiler's first error line (not the list of defines that heads the message), on one line."""
     lines = message.splitlines()
@@ -258,16 +293,16 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
         if kind == "stop":
             return
         if kind == "batch":
-            _, configs, seed = msg
+            _, configs, seed, only = msg
             compiled = ev.compile_all(configs)
             for i, cfg in enumerate(configs):
                 secs, error = compiled[i]
                 if error:
                     conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error),
-                                                  compile_s=secs)))
+                                                  compile_s=secs, detail=error[:_DETAIL])))
                     continue
                 try:
-                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS))
+                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
                 except (LaunchError, CompileError) as exc:
                     conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
                     if isinstance(exc, LaunchError):
@@ -339,12 +374,15 @@ class WorkerPool:
                 raise KtuneError(f"the tuning worker could not start: {exc.message}",
                                  hint="run the correctness items first (pytest --ktune) to see what fails") from None
 
-    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]:
-        """Outcomes in order; a worker that dies or hangs fails that configuration only."""
+    def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int, *,
+                 only: Sequence[int] | None = None) -> Iterator[Outcome]:
+        """Outcomes in order; a worker that dies or hangs fails that configuration only. With
+        ``verify_only``, ``only`` (positions in ``spec.cases``) limits the cases they are checked on."""
         pending = list(configs)
+        chosen = None if only is None else frozenset(only)
         while pending:
             self.ensure()
-            self._child.send(("batch", [dict(c) for c in pending], seed))
+            self._child.send(("batch", [dict(c) for c in pending], seed, chosen))
             while pending:
                 msg = self._child.recv(self.trial_timeout_s)
                 if msg is None:

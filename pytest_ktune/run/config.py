@@ -144,6 +144,12 @@ OPTIONS: tuple[Option, ...] = (
            "is written only with write mode file. No model: the rule-based templater"),
     Option("model", str, None, "the agent's model (none: the rule-based templater)", env=True, metavar="NAME"),
     Option("agent_iterations", int, 12, "model turns per target before the agent stops", metavar="N"),
+    Option("agent_wall", float, 1800.0, "seconds of one target's agent run, model calls, checks and searches "
+           "included", metavar="SECONDS"),
+    Option("agent_memory", int, 8192, "MiB of resident memory of the agent's run and its worker processes",
+           metavar="MIB"),
+    Option("agent_tools", str, "auto", "run accepted templates under Oclgrind (OpenCL) or compute-sanitizer "
+           "(CUDA): auto (where installed), require (a missing tool rejects the template), off", metavar="MODE"),
     Option("junit", str, None, "write a JUnit XML report of the ktune items (correct, perf, tune) with their "
            "times, baselines, ratios and parameters", env=True, metavar="PATH", path=True),
     Option("markdown", str, None, "append the summary as markdown to PATH (in GitHub Actions: "

@@ -13,6 +13,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, DEFAULT_SAMPLER, DEFAULT_WRITE
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.gate.decision import Threshold
+from pytest_ktune.measure.tools import TOOL_MODES, ToolPlan
 from pytest_ktune.run.config import OptionError, Resolved
 from pytest_ktune.run.extensions import HookRelay, resolve
 from pytest_ktune.run.settings import Settings
@@ -40,6 +41,9 @@ class RunOptions:
     agent: bool = False
     model: str | None = None
     agent_iterations: int = 12
+    agent_wall: float = 1800.0
+    agent_memory: int = 8192
+    agent_tools: str = "auto"
     command: str = ""
     item_timeout: float = 600.0
     skip_unavailable: bool = False
@@ -62,7 +66,8 @@ def run_options(resolved: Resolved, *, root: Path, command: str) -> RunOptions:
         autotune=v["autotune"], trials=v["trials"], tune_timeout=v["tune_timeout"], sampler=v["sampler"],
         storage=v["storage"], write=v["write"], trial_timeout=v["trial_timeout"], agent=v["agent"],
         model=v["model"], agent_iterations=v["agent_iterations"], command=command,
-        item_timeout=v["item_timeout"], skip_unavailable=v["skip_unavailable"], origins=dict(resolved.origins))
+        item_timeout=v["item_timeout"], skip_unavailable=v["skip_unavailable"], agent_wall=v["agent_wall"],
+        agent_memory=v["agent_memory"], agent_tools=v["agent_tools"], origins=dict(resolved.origins))
 
 
 def build(opts: RunOptions, hook: HookRelay) -> Settings:
@@ -85,11 +90,16 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
         tune.check(samplers=(opts.sampler,))  # the name itself is asked of the hooks below
     if opts.agent and not tuning:
         raise OptionError("--ktune-agent runs around the tuner: add --ktune-tune (or --ktune-autotune)")
+    if opts.agent_tools not in TOOL_MODES:
+        raise OptionError(f"{opts.named('agent_tools', '--ktune-agent-tools')} {opts.agent_tools!r} is not a mode",
+                          hint=f"give one of {', '.join(TOOL_MODES)}")
     agent = None
     if opts.agent:
 
         try:
-            agent = AgentSettings(model=ModelSettings.from_env(opts.model), iterations=opts.agent_iterations)
+            agent = AgentSettings(model=ModelSettings.from_env(opts.model), iterations=opts.agent_iterations,
+                                  wall_s=opts.agent_wall, memory_mb=opts.agent_memory,
+                                  tools=ToolPlan(mode=opts.agent_tools))
             agent.check()
         except KtuneError as exc:
             raise OptionError(f"--ktune-agent: {exc.message}", hint=exc.hint) from None

@@ -69,3 +69,39 @@ def test_the_printed_seed_reproduces_the_failure(project: Project) -> None:
     other.assert_outcomes(failed=1)
     assert _mismatch_lines(failure_section(other, section)) != details
 
+
+
+# Writes one element past the end of its output: the guard after the output sees it.
+OVERWRITE_CL = """\
+__kernel void scale(__global float* out, __global const float* x, float a, int n) {
+    const int i = get_global_id(0);
+    if (i <= n) out[i] = (i < n ? x[i] : 1.0f) * a;
+}
+"""
+
+# Reads the element after its own, past the end of x for the last one, and lets it into the result.
+OVERREAD_CL = """\
+__kernel void scale(__global float* out, __global const float* x, float a, int n) {
+    const int i = get_global_id(0);
+    if (i < n) out[i] = x[i] * a + 0.0f * x[i + 1];
+}
+"""
+
+
+def test_a_write_past_the_end_of_an_output_fails_naming_the_buffer(project: Project) -> None:
+    project.write(scale_target("over", source="over.cl", cases="ktune.Case(id='small', x=ktune.Tensor((4000,)), "
+                                                              "a=2.0)"),
+                  sources={"over": OVERWRITE_CL})
+    result = project.run("-m", "ktune_correctness")
+    result.assert_outcomes(failed=1)
+    text = failure_section(result, "over::correct[small]")
+    assert "case small: the kernel wrote outside its buffers: output 0" in text
+    assert "byte(s) written past the end of the buffer, as far as 4 bytes from it" in text
+
+
+def test_a_result_that_depends_on_a_read_past_the_end_fails(project: Project) -> None:
+    project.write(scale_target("peek", source="peek.cl"), sources={"peek": OVERREAD_CL})
+    result = project.run("-m", "ktune_correctness")
+    result.assert_outcomes(failed=1)
+    text = failure_section(result, "peek::correct[small]")
+    assert "1 of 4096 elements out of tolerance" in text and "worst at index (4095,): got nan" in text
