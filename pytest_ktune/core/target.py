@@ -56,6 +56,9 @@ class Target:
     defines_fn: Callable[..., Mapping[str, Value]] | None = None
     vectors: tuple[str, ...] | None = None  # the parameters that are vector widths; None: by name
     work_fn: Callable[..., int] | None = None
+    # The array arguments the function takes with any strides (it passes them to the kernel); every other
+    # array argument of a production call must be C-contiguous.
+    strided: tuple[str, ...] = ()
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @property
@@ -93,6 +96,11 @@ class Target:
         return deps_hash(self.source_path(backend), self._includes(backend))
 
     # -- calls -----------------------------------------------------------
+    @property
+    def signature(self) -> inspect.Signature:
+        """The function's signature without the leading kernel handle: the signature of a call."""
+        return self._signature
+
     def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
         """Bind call arguments (without the leading kernel) to the function's signature."""
         bound = self._signature.bind(*args, **kwargs)
@@ -210,6 +218,7 @@ def declare(
     name: str | None = None,
     vectors: Sequence[str] | None = None,
     work: Callable[..., int] | None = None,
+    strided: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], T]:
     """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
 
@@ -266,12 +275,17 @@ def declare(
             raise KtuneError("the kernel function must take the kernel handle as its first argument",
                              where=where, hint=f"write def {fn.__name__}(kernel, ...)")
         call_sig = sig.replace(parameters=params[1:])
+        if isinstance(strided, str) or any(n not in call_sig.parameters for n in strided):
+            raise KtuneError(f"strided={strided!r} names no list of the function's arguments", where=where,
+                             hint=f"give the array arguments that may have any strides, e.g. strided=['x'] "
+                                  f"(the function's arguments: {', '.join(call_sig.parameters)})")
         t = cls(
             name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
-            vectors=None if vectors is None else tuple(vectors), work_fn=work, _signature=call_sig,
+            vectors=None if vectors is None else tuple(vectors), work_fn=work, strided=tuple(strided),
+            _signature=call_sig,
         )
         for c in t.cases:
             try:
