@@ -53,6 +53,11 @@ class ParamsFile:
         self._lock = threading.Lock()
         self._read_first()
 
+    def check_every(self, seconds: float) -> None:
+        """Look at the file at most every ``seconds`` from now on (0: at every call)."""
+        self.interval = seconds
+        self._next = time.monotonic() + seconds
+
     def due(self) -> bool:
         """Whether the next check of the file is due (the only thing a call does most of the time)."""
         return time.monotonic() >= self._next

@@ -73,6 +73,8 @@ class ProductionKernel(Kernel):
         return self._route.empty(a.shape, a.dtype)
 
     def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None) -> None:
+        g: tuple[int, ...]
+        b: tuple[int, ...]
         if type(grid) is int and type(block) is int and grid > 0 and block > 0:
             g, b = (grid,), (block,)
         else:
