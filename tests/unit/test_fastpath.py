@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import ktune
-from pytest_ktune.core import paramsfile
+from pytest_ktune.core import paramsfile, paths
 from pytest_ktune.core.errors import KtuneError, KtuneWarning
 from pytest_ktune.measure import fastpath, runtime
 
@@ -60,12 +60,12 @@ def test_after_the_first_call_a_call_reads_no_file_and_builds_nothing(tmp_path: 
         return wrapped
 
     monkeypatch.setattr(inspect, "signature", counting("inspect.signature", inspect.signature))
-    monkeypatch.setattr(fastpath, "params_path", counting("params_path", fastpath.params_path))
+    monkeypatch.setattr(fastpath, "params_path", counting("params_path", paths.params_path))
     monkeypatch.setattr(hashlib, "sha256", counting("sha256", hashlib.sha256))
     monkeypatch.setattr(json, "loads", counting("json.loads", json.loads))
     monkeypatch.setattr(runtime.Kernel, "__init__", counting("Kernel()", runtime.Kernel.__init__))
     monkeypatch.setattr(paramsfile, "_stamp", counting("stat", paramsfile._stamp))
-    monkeypatch.setattr(fastpath, "compile_target", counting("compile", fastpath.compile_target))
+    monkeypatch.setattr(fastpath, "compile_target", counting("compile", runtime.compile_target))
     outs = [module.scale(x) for _ in range(50)]
     assert counts == {}
     for out in outs:
@@ -103,7 +103,11 @@ def test_a_params_file_damaged_while_the_process_runs_keeps_the_old_parameters(t
     _, again = _caught(lambda: [module.scale(x) for _ in range(5)])
     assert again == []
     # A forced reload of a file still damaged warns again and still keeps the old parameters.
-    out, messages = _caught(lambda: (ktune.reload(), module.scale(x).get())[1])
+    def reload_and_call() -> Any:
+        ktune.reload()
+        return module.scale(x).get()
+
+    out, messages = _caught(reload_and_call)
     np.testing.assert_array_equal(out, X * 5)
     assert len(messages) == 1
     # Fixed: the new parameters.

@@ -85,12 +85,12 @@ def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_op(tmp_path: 
     scale = ktune.torch_op(module.scale, name="torch_f_scale")
     addto = ktune.torch_op(module.addto, name="torch_f_addto")
 
-    class Block(torch.nn.Module):
-        def forward(self, x: Any, acc: Any) -> Any:
-            y = scale(x) + 1
-            out, acc = addto(y, acc)
-            return out - acc
+    def forward(self: Any, x: Any, acc: Any) -> Any:
+        y = scale(x) + 1
+        out, acc = addto(y, acc)
+        return out - acc
 
+    Block = type("Block", (torch.nn.Module,), {"forward": forward})
     compiled = torch.compile(Block(), fullgraph=True, backend="aot_eager")
     acc, acc_eager = torch.ones(100), torch.ones(100)
     got = compiled(X, acc)
