@@ -52,6 +52,10 @@ class Route(Protocol):
         """The function's result as the caller gets it (``seen``: the arguments the function saw)."""
         ...
 
+    def capturing(self) -> bool:
+        """Whether launches are being captured into a CUDA graph now (then nothing is compiled)."""
+        ...
+
 
 class ProductionKernel(Kernel):
     """The kernel handle of production calls: one per route, device, key and parameters, reused by every call.
@@ -132,6 +136,10 @@ class NativeRoute:
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
         return result
 
+    @staticmethod
+    def capturing() -> bool:
+        return False
+
 
 _NO_DEFINES: dict[str, Value] = {}
 
@@ -169,7 +177,9 @@ class CallPlan:
         pf = self._file
         if pf is None or pf.due():
             pf = self._check_file()
-        if entry is None or entry.generation != pf.generation:
+        if entry is None or (entry.generation != pf.generation and not route.capturing()):
+            # A params file that changed during a CUDA graph capture is followed after it: compiling and
+            # loading a module is not allowed while a stream is being captured.
             entry = self._resolve(ck, route, key, defines, pf)
         kernel = entry.kernel
         try:

@@ -183,6 +183,10 @@ class TorchCudaRoute:
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
         return unwrap(result)
 
+    @staticmethod
+    def capturing() -> bool:
+        return bool(torch.cuda.is_current_stream_capturing())
+
 
 def _pointer(a: Any) -> Any:
     t = type(a)
@@ -254,6 +258,10 @@ class TorchHostRoute:
             return original
 
         return back(result)
+
+    @staticmethod
+    def capturing() -> bool:
+        return False
 
 
 def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
