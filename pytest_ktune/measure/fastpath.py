@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -29,32 +29,8 @@ from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.binding import Binder, Caller, array_arguments
+from pytest_ktune.measure.route import Checks, Route
 from pytest_ktune.measure.runtime import Kernel, compile_target
-
-
-class Route(Protocol):
-    """How the arrays of one call reach a backend, and what the call gives back."""
-
-    backend: Backend
-
-    def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
-        """The arguments the target's function sees, after checking each array (a KtuneError naming it)."""
-        ...
-
-    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
-        """A new output array, of this route's kind."""
-        ...
-
-    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-        ...
-
-    def finish(self, result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
-        """The function's result as the caller gets it (``seen``: the arguments the function saw)."""
-        ...
-
-    def capturing(self) -> bool:
-        """Whether launches are being captured into a CUDA graph now (then nothing is compiled)."""
-        ...
 
 
 class ProductionKernel(Kernel):
@@ -107,7 +83,7 @@ class NativeRoute:
         self.queue = queue  # PyOpenCL: every array of a call must be on the backend's queue
         self.empty = backend.empty  # type: ignore[method-assign]
 
-    def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
         for name, allowed, contiguous in plan.arrays:
             a = bound.get(name)
             if a is None:

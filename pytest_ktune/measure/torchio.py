@@ -32,7 +32,8 @@ from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
 
 if TYPE_CHECKING:
-    from pytest_ktune.measure.fastpath import CallPlan, Route
+    from pytest_ktune.measure.route import Checks as CallPlan
+    from pytest_ktune.measure.route import Route
 
 Tensor = torch.Tensor
 
