@@ -226,6 +226,7 @@ def declare(
     ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
     ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
     space's parameters (and ``defines``) reach the source as ``-D`` macros.
+    ``strided`` names the array arguments the function takes with any strides.
     """
 
     def wrap(fn: Callable[..., Any]) -> T:

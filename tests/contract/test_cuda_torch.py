@@ -101,20 +101,44 @@ def test_calls_are_captured_in_a_cuda_graph_and_the_replay_is_correct() -> None:
         _close(z, _silu_ref(ng))
 
 
-def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op() -> None:
+def _recorded(target: Any, key: dict[str, Any]) -> dict[str, Any] | None:
+    from pytest_ktune import backends
+    from pytest_ktune.core.paths import params_path
+    from pytest_ktune.core.store import Store, target_id
+
+    path = params_path(target.file.parent)
+    record = Store.load(path).find(target_id(target, path.parent), backends.create("cuda").device.id, key)
+    return None if record is None else dict(record.params)
+
+
+def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.measure import fastpath
+
     rms = ktune.torch_op(rmsnorm)
     silu = ktune.torch_op(silu_and_mul)
-    x, w, g = _inputs(16)
+    x, w, _ = _inputs(1)
+    _, _, g = _inputs(16)
+    launched: list[tuple[str, dict[str, Any]]] = []
+    original = fastpath.ProductionKernel.launch
+
+    def spy(self: Any, grid: Any, block: Any, args: Any, *, name: str | None = None) -> None:
+        launched.append((self.default_name, dict(self.params)))
+        original(self, grid, block, args, name=name)
 
     def block(x: Any, w: Any, g: Any) -> tuple[Any, Any]:
         return rms(x, w) * 2, silu(g) + 1
 
-    compiled = torch.compile(block, fullgraph=True, dynamic=False)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        got = compiled(x, w, g)
-        torch.cuda.synchronize()
-    kernels = {e.name for e in prof.events()}
-    assert "rmsnorm" in kernels and "silu_and_mul" in kernels, sorted(kernels)
+    compiled = torch.compile(block, fullgraph=True, dynamic=False)  # a graph break would raise here
+    compiled(x, w, g)  # compiles
+    monkeypatch.setattr(fastpath.ProductionKernel, "launch", spy)
+    got = compiled(x, w, g)
+    torch.cuda.synchronize()
+    assert [n for n, _ in launched] == ["rmsnorm", "silu_and_mul"]
+    for (_, params), (target, key) in zip(launched, [(rmsnorm, {"T": 1, "H": H, "dtype": "float16"}),
+                                                     (silu_and_mul, {"T": 16, "I": INTER, "dtype": "float16"})],
+                                          strict=True):
+        assert params == (_recorded(target, key) or dict(target.default))
+    monkeypatch.undo()
     # The same kernel with the same parameters as a direct call: the same bits.
     torch.testing.assert_close(got[0], rmsnorm(x, w) * 2, rtol=0, atol=0)
     torch.testing.assert_close(got[1], silu_and_mul(g) + 1, rtol=0, atol=0)
