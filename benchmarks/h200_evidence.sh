@@ -29,6 +29,8 @@
 #             and with this one, then the whole example with this one
 #   gate-runs        GATE_RUNS (default 10) runs of the whole example against its baselines: 0 failures
 #   gate-slowed      a configuration x1.08-1.10 slower from SLOWED_LANDSCAPE, caught in each of 10 runs
+#   production       benchmarks/production_call.py (ktune call, raw CuPy launch, torch eager, Liger-Kernel where
+#             a wheel of it is in .whl/) and the torch gpu tests (stream, CUDA graph capture, torch.compile)
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
@@ -140,6 +142,12 @@ for spec in "$@"; do
         $limit python3 benchmarks/gate_cost.py slowed --runs "${SLOWED_RUNS:-10}" \
             --landscape "${SLOWED_LANDSCAPE:-benchmarks/results/landscapes/silu_and_mul-T16-I14336-float16-NVIDIA_H200.json.gz}" \
             --out "$OUT/gate_slowed.json" 2>&1 | tee "$OUT/gate_slowed.txt" || rc=1 ;;
+    production)
+        { header python3 benchmarks/production_call.py --out "$OUT"
+          $limit python3 benchmarks/production_call.py --out "$OUT"; } 2>&1 | tee "$OUT/production_call.txt" || rc=1
+        { header pytest tests/contract/test_cuda_torch.py -m gpu -v -rs
+          $limit python3 -m pytest -p no:cacheprovider tests/contract/test_cuda_torch.py -m gpu -v -rs; } 2>&1 \
+            | tee "$OUT/tests_cuda_torch.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

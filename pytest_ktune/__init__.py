@@ -1,7 +1,9 @@
 """pytest-ktune: correctness, honest timing, a regression gate and tuning for GPU kernels.
 
 The public API is small: ``target``, ``Space``, ``Case``, ``Tensor``,
-``Tolerance``, ``bucket``, ``cdiv``, and ``array_api`` / ``array_namespace`` for references.
+``Tolerance``, ``bucket``, ``cdiv``, and ``array_api`` / ``array_namespace`` for references;
+``reload`` (read the params file again now) and ``torch_op`` (a target as a torch custom op) for
+production.
 ``import ktune`` gives the same names.
 Names load on first use, so the pytest plugin costs nothing without ``--ktune``.
 """
@@ -16,7 +18,8 @@ from pytest_ktune.core.version import __version__
 _EXPORTS = {
     "BackendUnavailable": "core.errors", "CompileError": "core.errors", "KtuneError": "core.errors",
     "LaunchError": "core.errors", "MismatchError": "core.errors", "ReferenceShapeError": "core.errors",
-    "SpaceError": "core.errors", "StoreError": "core.errors",
+    "SpaceError": "core.errors", "StoreError": "core.errors", "KtuneWarning": "core.errors",
+    "reload": "measure.fastpath", "torch_op": "measure.torchop",
     "Kernel": "measure.runtime", "cdiv": "core.launch",
     "Space": "core.space",
     "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
@@ -25,9 +28,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "LaunchError",
+    "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "KtuneWarning", "LaunchError",
     "MismatchError", "ReferenceShapeError", "Space", "SpaceError", "StoreError", "Target",
-    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "bucket", "cdiv", "target",
+    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "bucket", "cdiv", "reload", "target",
+    "torch_op",
 ]
 
 if TYPE_CHECKING:
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
         BackendUnavailable,
         CompileError,
         KtuneError,
+        KtuneWarning,
         LaunchError,
         MismatchError,
         ReferenceShapeError,
@@ -45,9 +50,11 @@ if TYPE_CHECKING:
     from pytest_ktune.core.launch import cdiv
     from pytest_ktune.core.reference import array_api, array_namespace
     from pytest_ktune.core.space import Space
+    from pytest_ktune.measure.fastpath import reload
     from pytest_ktune.measure.production import LaunchTarget as Target
     from pytest_ktune.measure.production import target
     from pytest_ktune.measure.runtime import Kernel
+    from pytest_ktune.measure.torchop import torch_op
 
 
 def __getattr__(name: str) -> Any:

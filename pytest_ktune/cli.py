@@ -1,4 +1,5 @@
-"""The ``ktune`` command: tune targets, or join a shared study as a worker, outside pytest."""
+"""The ``ktune`` command: tune targets, join a shared study as a worker, record landscapes, export the tuned
+parameters for code built ahead of time; outside pytest."""
 
 from __future__ import annotations
 
@@ -119,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     _add(dash, "storage")
     dash.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="the port to listen on (default: 8080)")
+    export = sub.add_parser("export", help="the tuned parameters of every target, device and key as a C++ header "
+                                           "(constexpr tables and a lookup) or JSON, for code built ahead of time")
+    export.add_argument("targets", nargs="*", help="target names (default: all)")
+    export.add_argument("--format", choices=("header", "json"), default="header", help="default: header")
+    export.add_argument("-o", "--out", type=Path, default=None, help="the file to write (default: standard output)")
+    export.add_argument("--namespace", default="ktune", help="the header's C++ namespace (default: ktune)")
+    export.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    export.add_argument("--params", default=None, metavar="PATH", help="the params file (default: as ktune tune)")
     from pytest_ktune.agent import add_templatize_parser
 
     add_templatize_parser(sub)
@@ -288,6 +297,33 @@ def cmd_bench_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from pytest_ktune.core.discover import discover, select
+    from pytest_ktune.core.files import write_atomic
+    from pytest_ktune.core.paths import params_path
+    from pytest_ktune.core.store import Store
+    from pytest_ktune.report.export import collect, render_header, render_json
+
+    root = args.root.resolve()
+    path = params_path(root, explicit=args.params, root=root)
+    if not path.is_file():
+        raise KtuneError("there is no params file to export", where=str(path),
+                         hint="record baselines (pytest --ktune --ktune-update-baseline) or tune first, or pass "
+                              "--params")
+    exported, unknown = collect(Store.load(path), select(discover(root), args.targets, root))
+    for ident in [] if args.targets else unknown:
+        print(f"ktune export: {ident} is in {path.name}, but no such target is under {root}: left out", file=sys.stderr)
+    text = render_json(exported, path.name) if args.format == "json" else \
+        render_header(exported, path.name, args.namespace)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.out, text)
+        print(f"ktune export: {args.out}: {len(exported)} targets, "
+              f"{sum(len(t.entries) for t in exported)} entries", file=sys.stderr)
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
@@ -355,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "dashboard":
             return cmd_dashboard(args)
+        if args.command == "export":
+            return cmd_export(args)
         if args.command == "templatize":
             from pytest_ktune.agent import run_templatize
 

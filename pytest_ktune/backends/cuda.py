@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,16 @@ def gpu_visible() -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _StreamHandle:
+    """A CUDA stream handle in the CUDA stream protocol (what ``cupy.cuda.Stream.from_external`` takes)."""
+
+    handle: int
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
 @dataclass
 class _Function:
     backend: CudaBackend
@@ -68,21 +79,37 @@ class _Function:
     name: str
     filename: str
     _resources: Resources | None = None
+    _limit: int = 0  # max threads per block, once resources() has been read
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-        threads = int(np.prod(block))
-        limit = self.resources().max_threads_per_block
+    def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
+        threads = block[0] if len(block) == 1 else math.prod(block)
+        limit = self._limit or self.resources().max_threads_per_block
         if threads > limit:
             raise LimitError(
                 f"kernel {self.name} launched with {threads} threads per block; it allows at most "
                 f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
                 where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+        self._check_block(grid, block)
         try:
-            self.kernel(grid, block, tuple(scalar_arg(a) for a in args))
+            self.kernel(grid, block, [scalar_arg(a) for a in args])
         except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
-            raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
-                              f"{type(exc).__name__}: {exc}", where=self.filename,
-                              hint="check the grid, block and argument list against the kernel") from None
+            raise self._failed(grid, block, exc) from None
+
+    def launch_on_stream(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                         stream: int) -> None:
+        """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current)."""
+        self._check_block(grid, block)
+        try:
+            self.kernel(grid, block, [scalar_arg(a) for a in args], stream=self.backend.external_stream(stream))
+        except Exception as exc:
+            raise self._failed(grid, block, exc) from None
+
+    def _failed(self, grid: tuple[int, ...], block: tuple[int, ...], exc: Exception) -> LaunchError:
+        return LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
+                           f"{type(exc).__name__}: {exc}", where=self.filename,
+                           hint="check the grid, block and argument list against the kernel")
 
     def resources(self) -> Resources:
         if self._resources is None:
@@ -93,6 +120,7 @@ class _Function:
                 local_bytes=int(a["local_size_bytes"]),
                 max_threads_per_block=int(a["max_threads_per_block"]),
             )
+            self._limit = self._resources.max_threads_per_block
         return self._resources
 
 
@@ -220,7 +248,7 @@ class CudaBackend:
     def __init__(self) -> None:
         self.cp = cp = _cupy()
         try:
-            dev_id = cp.cuda.Device().id
+            self.ordinal = dev_id = int(cp.cuda.Device().id)
             props = cp.cuda.runtime.getDeviceProperties(dev_id)
         except Exception as exc:
             raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=INSTALL_HINT) from None
@@ -248,6 +276,19 @@ class CudaBackend:
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
         self.cache_dir: Path | None = None
+        self._streams: dict[int, Any] = {}
+
+    def external_stream(self, handle: int) -> Any:
+        """A CuPy stream object for the CUDA stream ``handle`` (made once per handle)."""
+        stream = self._streams.get(handle)
+        if stream is None:
+            cuda = self.cp.cuda
+            if hasattr(cuda.Stream, "from_external"):
+                stream = cuda.Stream.from_external(_StreamHandle(handle))
+            else:  # CuPy before 14
+                stream = cuda.ExternalStream(handle, self.ordinal)
+            self._streams[handle] = stream
+        return stream
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:
         cp = self.cp
@@ -290,8 +331,8 @@ class CudaBackend:
         return np.asarray(self.cp.asnumpy(a))
 
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
-        dt = as_dtype(dtype)
-        out = self.cp.empty(tuple(shape), dtype=dt)
+        dt = dtype if isinstance(dtype, np.dtype) else as_dtype(dtype)
+        out = self.cp.empty(shape, dtype=dt)
         if poison:
             if is_bfloat16(dt):
                 out.view(np.uint16).fill(_BF16_NAN)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
+import struct
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +74,8 @@ class _Function:
     kernel: Any
     name: str
     filename: str
+    _resources: Resources | None = None
+    _scalars: list[Any] | None = None  # the argument types of the first launch: None for a buffer
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
         self.enqueue(grid, block, args)
@@ -79,33 +83,39 @@ class _Function:
     def enqueue(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                 wait_for: Sequence[Any] | None = None) -> Any:
         cl = self.backend.cl
-        threads = int(np.prod(block))
-        limit = self.resources().max_threads_per_block
+        threads = block[0] if len(block) == 1 else math.prod(block)
+        limit = (self._resources or self.resources()).max_threads_per_block
         if threads > limit:
             raise LimitError(f"kernel {self.name} launched with {threads} threads per block; "
                               f"this device allows at most {limit} for it", where=self.filename,
                               hint="use a smaller block, or constrain the block-size parameter")
-        gsize = tuple(g * b for g, b in zip(grid, block, strict=True))
-        cargs = [a.data if isinstance(a, cl.array.Array) else scalar_arg(a) for a in args]
+        gsize = (grid[0] * block[0],) if len(grid) == 1 else tuple(g * b for g, b in zip(grid, block, strict=True))
+        array = cl.array.Array
+        cargs = [a.data if isinstance(a, array) else scalar_arg(a) for a in args]
         try:
-            self.kernel.set_args(*cargs)
-            return cl.enqueue_nd_range_kernel(self.backend.queue, self.kernel, gsize, block,
-                                              wait_for=wait_for)
-        except (cl.Error, TypeError, ValueError) as exc:
+            if self._scalars is None:
+                # pyopencl's invoker for known argument types packs them in generated code: a launch costs
+                # half of what set_args with untyped arguments does. The types are the first launch's.
+                self._scalars = [None if isinstance(a, cl.MemoryObjectHolder) or a is None
+                                 else np.asarray(a).dtype for a in cargs]
+                self.kernel.set_scalar_arg_dtypes(self._scalars)
+            return self.kernel(self.backend.queue, gsize, block, *cargs, wait_for=wait_for)
+        except (cl.Error, TypeError, ValueError, struct.error) as exc:
             raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: {exc}",
                               where=self.filename,
                               hint="check the argument list against the kernel's signature") from None
 
     def resources(self) -> Resources:
-        cl = self.backend.cl
-        info = cl.kernel_work_group_info
-        dev = self.backend.cl_device
-        return Resources(
-            registers=0,
-            shared_bytes=int(self.kernel.get_work_group_info(info.LOCAL_MEM_SIZE, dev)),
-            local_bytes=int(self.kernel.get_work_group_info(info.PRIVATE_MEM_SIZE, dev)),
-            max_threads_per_block=int(self.kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev)),
-        )
+        if self._resources is None:
+            info = self.backend.cl.kernel_work_group_info
+            dev = self.backend.cl_device
+            self._resources = Resources(
+                registers=0,
+                shared_bytes=int(self.kernel.get_work_group_info(info.LOCAL_MEM_SIZE, dev)),
+                local_bytes=int(self.kernel.get_work_group_info(info.PRIVATE_MEM_SIZE, dev)),
+                max_threads_per_block=int(self.kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev)),
+            )
+        return self._resources
 
 
 @dataclass
@@ -288,12 +298,31 @@ class OpenCLBackend:
         return np.asarray(a.get(queue=self.queue))
 
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
-        dt = as_dtype(dtype)
-        _refuse_bfloat16(dt, tuple(shape))
-        self._check_size(int(np.prod(shape)) * dt.itemsize, tuple(shape))
+        dt = dtype if isinstance(dtype, np.dtype) else as_dtype(dtype)
+        shp = shape if type(shape) is tuple else tuple(shape)
+        if dt.kind == "V":
+            _refuse_bfloat16(dt, shp)
+        size = math.prod(shp)
+        limit = self.device.max_alloc_bytes
+        if limit and size * dt.itemsize > limit:
+            self._check_size(size * dt.itemsize, shp)
         if poison:
-            return self.to_device(np.full(tuple(shape), poison_value(dt), dtype=dt))
-        return self.cl.array.empty(self.queue, tuple(shape), dt)
+            return self.to_device(np.full(shp, poison_value(dt), dtype=dt))
+        if len(shp) == 1:
+            strides: tuple[int, ...] = (dt.itemsize,)
+        else:
+            step, backwards = dt.itemsize, []
+            for n in reversed(shp):
+                backwards.append(step)
+                step *= max(1, n)
+            strides = tuple(reversed(backwards))
+        try:
+            # pyopencl's own constructor for an array like another (what `x * 2` allocates its result with):
+            # the public one looks the queue's context up and checks the shape with numpy, 40 µs on PoCL.
+            return self.cl.array.Array(None, shp, dt, strides=strides, _fast=True, _size=size,
+                                       _context=self.context, _queue=self.queue)
+        except TypeError:  # a pyopencl without that constructor
+            return self.cl.array.empty(self.queue, shp, dt)
 
     def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> _Guarded | None:
         """An array on a sub-buffer in the middle of one buffer, its guards rounded up to the device's

@@ -57,3 +57,8 @@ class BackendUnavailable(KtuneError):
 
 class MismatchError(KtuneError):
     """A kernel whose output disagrees with the reference."""
+
+
+class KtuneWarning(UserWarning):
+    """A problem that does not stop a production call: a damaged params file, whose last good records (or
+    the defaults) stay in use."""

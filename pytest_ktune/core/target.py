@@ -59,6 +59,9 @@ class Target:
     work_fn: Callable[..., int] | None = None
     threshold: Threshold | None = None  # the target's own regression threshold; None: the run's
     line: int = 0  # the line of ``file`` that declares the target (0: not known)
+    # The array arguments the function takes with any strides (it passes them to the kernel); every other
+    # array argument of a production call must be C-contiguous.
+    strided: tuple[str, ...] = ()
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     @property
@@ -96,6 +99,11 @@ class Target:
         return deps_hash(self.source_path(backend), self._includes(backend))
 
     # -- calls -----------------------------------------------------------
+    @property
+    def signature(self) -> inspect.Signature:
+        """The function's signature without the leading kernel handle: the signature of a call."""
+        return self._signature
+
     def bind(self, *args: Any, **kwargs: Any) -> inspect.BoundArguments:
         """Bind call arguments (without the leading kernel) to the function's signature."""
         bound = self._signature.bind(*args, **kwargs)
@@ -214,6 +222,7 @@ def declare(
     vectors: Sequence[str] | None = None,
     work: Callable[..., int] | None = None,
     threshold: str | None = None,
+    strided: Sequence[str] = (),
 ) -> Callable[[Callable[..., Any]], T]:
     """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
 
@@ -222,6 +231,7 @@ def declare(
     ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
     space's parameters (and ``defines``) reach the source as ``-D`` macros. ``threshold``
     (``"median:10%"``) replaces the run's regression threshold for this target's performance items.
+    ``strided`` names the array arguments the function takes with any strides.
     """
 
     def wrap(fn: Callable[..., Any]) -> T:
@@ -281,12 +291,17 @@ def declare(
             raise KtuneError("the kernel function must take the kernel handle as its first argument",
                              where=where, hint=f"write def {fn.__name__}(kernel, ...)")
         call_sig = sig.replace(parameters=params[1:])
+        if isinstance(strided, str) or any(n not in call_sig.parameters for n in strided):
+            raise KtuneError(f"strided={strided!r} names no list of the function's arguments", where=where,
+                             hint=f"give the array arguments that may have any strides, e.g. strided=['x'] "
+                                  f"(the function's arguments: {', '.join(call_sig.parameters)})")
         t = cls(
             name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
             vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
+            strided=tuple(strided),
             _signature=call_sig,
         )
         for c in t.cases:

@@ -1,4 +1,5 @@
-"""Running and measuring a target: the kernel handle, the compile cache, verification against the
-reference, the timing method, and the isolated worker process.
+"""Running and measuring a target: the kernel handle, the compile cache, production calls (the fast path,
+torch tensors in and out, the torch custom op), verification against the reference, the timing method, and
+the isolated worker process.
 
 May import: core, backends."""

@@ -1,0 +1,53 @@
+"""What a production call's route is, and what it asks of the call's plan: the seam between
+``measure.fastpath`` and the routes of other array libraries (``measure.torchio``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.target import Target
+
+
+class Checks(Protocol):
+    """What a route needs of a target's call plan: the declared array arguments and the errors that name
+    the target and the argument."""
+
+    target: Target
+    # (name, the dtypes the cases declare for it, whether it must be contiguous), in signature order
+    arrays: tuple[tuple[str, frozenset[np.dtype[Any]], bool], ...]
+
+    def bad_argument(self, name: str, what: str, hint: str) -> KtuneError: ...
+
+    def bad_dtype(self, name: str, dtype: str, allowed: frozenset[np.dtype[Any]]) -> KtuneError: ...
+
+    def not_contiguous(self, name: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> KtuneError: ...
+
+
+class Route(Protocol):
+    """How the arrays of one call reach a backend, and what the call gives back."""
+
+    backend: Backend
+
+    def prepare(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
+        """The arguments the target's function sees, after checking each array (a KtuneError naming it)."""
+        ...
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        """A new output array, of this route's kind."""
+        ...
+
+    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+        ...
+
+    def finish(self, result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
+        """The function's result as the caller gets it (``seen``: the arguments the function saw)."""
+        ...
+
+    def capturing(self) -> bool:
+        """Whether launches are being captured into a CUDA graph now (then nothing is compiled)."""
+        ...

@@ -1,0 +1,300 @@
+"""torch tensors in and out of production calls; imported only when a torch tensor arrives.
+
+A target's function is written against device arrays: ``x.shape``, ``x.dtype`` compared with numpy's
+dtypes, ``x.dtype.name`` in keys, ``x.nbytes``. It sees a torch tensor as a ``TorchArray``: the tensor
+itself (``.tensor``) with numpy's dtype, its shape, size and bytes; nothing is copied.
+
+- CUDA tensors (``TorchCudaRoute``): zero copy. The kernel gets the tensor's device pointer and runs on
+  ``torch.cuda.current_stream()``; outputs come from ``torch.empty``, that is from torch's caching allocator
+  (the graph's private pool under ``torch.cuda.graph`` capture). A call does no synchronisation and no host
+  read, so it can be captured, once the first call for its key (the compile) has run outside the capture.
+- CPU tensors (``TorchHostRoute``): the OpenCL backend (PoCL on a CPU), by a copy in and a copy out; an
+  argument the kernel updates in place and returns comes back into the caller's tensor. This is for tests
+  and development on a machine without a GPU, not for speed.
+
+Every array argument is checked first, and a KtuneError names the target and the argument: a tensor on
+another device, a CPU tensor where the call runs on CUDA, a dtype the target's cases do not declare, a
+non-contiguous tensor where the kernel reads a dense one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from pytest_ktune import backends
+from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.core.dtypes import as_dtype
+from pytest_ktune.core.errors import KtuneError
+
+if TYPE_CHECKING:
+    from pytest_ktune.measure.route import Checks as CallPlan
+    from pytest_ktune.measure.route import Route
+
+Tensor = torch.Tensor
+
+
+def _dtype_pairs() -> list[tuple[torch.dtype, np.dtype[Any]]]:
+    pairs: list[tuple[torch.dtype, np.dtype[Any]]] = [
+        (torch.float16, np.dtype(np.float16)), (torch.float32, np.dtype(np.float32)),
+        (torch.float64, np.dtype(np.float64)), (torch.int8, np.dtype(np.int8)), (torch.int16, np.dtype(np.int16)),
+        (torch.int32, np.dtype(np.int32)), (torch.int64, np.dtype(np.int64)), (torch.uint8, np.dtype(np.uint8)),
+        (torch.bool, np.dtype(np.bool_))]
+    for name in ("uint16", "uint32", "uint64"):
+        if hasattr(torch, name):
+            pairs.append((getattr(torch, name), np.dtype(name)))
+    import ml_dtypes  # a dependency: numpy's names for bfloat16 and the float8 formats
+
+    for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        if hasattr(torch, name) and hasattr(ml_dtypes, name):
+            pairs.append((getattr(torch, name), np.dtype(getattr(ml_dtypes, name))))
+    return pairs
+
+
+NUMPY_OF: dict[torch.dtype, np.dtype[Any]] = dict(_dtype_pairs())
+TORCH_OF: dict[np.dtype[Any], torch.dtype] = {v: k for k, v in NUMPY_OF.items()}
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any] | None:
+    return NUMPY_OF.get(dtype)
+
+
+class TorchArray:
+    """A torch tensor as a target's function sees it: numpy's dtype, the tensor's shape; ``.tensor`` is it."""
+
+    __slots__ = ("dtype", "shape", "tensor")
+
+    def __init__(self, tensor: Tensor, dtype: np.dtype[Any]) -> None:
+        self.tensor = tensor
+        self.shape = tensor.shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return int(self.dtype.itemsize)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * int(self.dtype.itemsize)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """In bytes, as numpy and CuPy give them."""
+        return tuple(s * int(self.dtype.itemsize) for s in self.tensor.stride())
+
+    @property
+    def device(self) -> torch.device:
+        return self.tensor.device
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __repr__(self) -> str:
+        return f"TorchArray(shape={tuple(self.shape)}, dtype={self.dtype.name}, device={self.tensor.device})"
+
+
+def unwrap(value: Any) -> Any:
+    """``value`` with every ``TorchArray`` inside it (a tuple, list or dict of them) replaced by its tensor."""
+    t = type(value)
+    if t is TorchArray:
+        return value.tensor
+    if t is tuple or t is list:
+        return t(unwrap(v) for v in value)
+    if t is dict:
+        return {k: unwrap(v) for k, v in value.items()}
+    return value
+
+
+def _where(t: Tensor) -> str:
+    return str(t.device)
+
+
+def _view(plan: CallPlan, name: str, t: Any, contiguous: bool, allowed: frozenset[np.dtype[Any]] | None) -> TorchArray:
+    if not isinstance(t, Tensor):
+        raise plan.bad_argument(name, f"is a {type(t).__module__}.{type(t).__name__}, while the call's first array "
+                                      "is a torch tensor", "pass every array of a call as a torch tensor")
+    dt = NUMPY_OF.get(t.dtype)
+    if dt is None:
+        raise plan.bad_argument(name, f"has dtype {t.dtype}, which no kernel argument can have",
+                                f"convert {name} to a dtype the target's cases declare")
+    if allowed is not None and dt not in allowed:
+        raise plan.bad_dtype(name, dt.name, allowed)
+    if contiguous and not t.is_contiguous():
+        raise plan.not_contiguous(name, tuple(t.shape), tuple(t.stride()))
+    return TorchArray(t, dt)
+
+
+class TorchCudaRoute:
+    """torch CUDA tensors on the CUDA backend: zero copy, torch's current stream, torch's allocator."""
+
+    def __init__(self, backend: Backend, ordinal: int) -> None:
+        self.backend = backend
+        self.ordinal = ordinal
+        self.device = torch.device("cuda", ordinal)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
+
+    def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+        seen = dict(bound)
+        ordinal = self.ordinal
+        for name, allowed, contiguous in plan.arrays:
+            t = bound.get(name)
+            if t is None:
+                continue
+            if isinstance(t, Tensor) and t.get_device() != ordinal:
+                raise plan.bad_argument(
+                    name, f"is on {_where(t)}, while the call runs on cuda:{ordinal} (its first tensor's device)",
+                    f"move {name} there first ({name}.to('cuda:{ordinal}')); a kernel reads only its own GPU's memory")
+            seen[name] = _view(plan, name, t, contiguous, allowed)
+        current = torch.cuda.current_device()
+        if current != ordinal:
+            first = next(n for n, _, _ in plan.arrays if bound.get(n) is not None)
+            raise plan.bad_argument(first, f"is on cuda:{ordinal}, which is not the current device (cuda:{current})",
+                                    f"call under `with torch.cuda.device({ordinal}):`, or move the tensors to "
+                                    f"cuda:{current}")
+        return seen
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> TorchArray:
+        pair = self._dtypes.get(dtype)
+        if pair is None:
+            pair = self._dtypes[dtype] = _pair(dtype)
+        return TorchArray(torch.empty(shape, dtype=pair[1], device=self.device), pair[0])
+
+    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+        launch_on_stream = getattr(fn, "launch_on_stream", None)
+        if launch_on_stream is None:
+            raise KtuneError(f"the {self.backend.name} backend cannot launch on torch's stream",
+                             hint="pass CuPy arrays to this backend, or use the built-in cuda backend")
+        launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal))
+
+    @staticmethod
+    def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
+        return unwrap(result)
+
+    @staticmethod
+    def capturing() -> bool:
+        return bool(torch.cuda.is_current_stream_capturing())
+
+
+def _pointer(a: Any) -> Any:
+    t = type(a)
+    if t is TorchArray:
+        return np.uint64(a.tensor.data_ptr())
+    if t is Tensor or isinstance(a, Tensor):
+        return np.uint64(a.data_ptr())
+    return a
+
+
+def _pair(spec: Any) -> tuple[np.dtype[Any], torch.dtype]:
+    if isinstance(spec, torch.dtype):
+        np_dt = NUMPY_OF.get(spec)
+        if np_dt is None:
+            raise KtuneError(f"kernel.empty: torch has the dtype {spec}, kernels do not",
+                             hint="allocate outputs with a numpy dtype, e.g. np.float16")
+        return np_dt, spec
+    np_dt = as_dtype(spec)
+    torch_dt = TORCH_OF.get(np_dt)
+    if torch_dt is None:
+        raise KtuneError(f"kernel.empty: torch has no dtype for {np_dt.name}",
+                         hint="allocate outputs of a dtype torch has (float16, bfloat16, float32, int8, ...)")
+    return np_dt, torch_dt
+
+
+class TorchHostRoute:
+    """torch CPU tensors on the OpenCL backend, by a copy in and a copy out (for machines without a GPU)."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.empty = backend.empty
+        self.launch = _native_launch
+
+    def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+        seen = dict(bound)
+        for name, allowed, contiguous in plan.arrays:
+            t = bound.get(name)
+            if t is None:
+                continue
+            if isinstance(t, Tensor) and t.device.type != "cpu":
+                raise plan.bad_argument(name, f"is on {_where(t)}, while the call's first tensor is on the CPU",
+                                        f"pass {name} on the same device as the others")
+            view = _view(plan, name, t, contiguous, allowed)
+            try:
+                host = view.tensor.detach().numpy()
+            except TypeError as exc:  # bfloat16 and the float8 formats: numpy has no such tensors to view
+                raise plan.bad_argument(name, f"has dtype {view.dtype.name}, which the opencl backend does not run "
+                                              f"({exc})", "run it on a CUDA device") from None
+            seen[name] = self.backend.to_device(host)
+        return seen
+
+    def finish(self, result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
+        originals = {id(seen[n]): bound[n] for n in seen if isinstance(bound.get(n), Tensor)}
+        owns = self.backend.owns
+
+        def back(value: Any) -> Any:
+            if isinstance(value, (tuple, list)):
+                return type(value)(back(v) for v in value)
+            if isinstance(value, dict):
+                return {k: back(v) for k, v in value.items()}
+            if not owns(value):
+                return value
+            host = torch.from_numpy(self.backend.to_host(value))
+            original = originals.get(id(value))
+            if original is None:
+                return host
+            with torch.no_grad():  # the kernel updated this argument in place: so does the call
+                original.copy_(host)
+            return original
+
+        return back(result)
+
+    @staticmethod
+    def capturing() -> bool:
+        return False
+
+
+def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+    fn.launch(grid, block, args)
+
+
+_CUDA_ROUTES: dict[int, TorchCudaRoute] = {}
+_HOST_ROUTE: list[TorchHostRoute] = []
+
+
+def route_for(t: Any, plan: CallPlan, name: str) -> Route:
+    """The route of a call whose first array, ``name``, is the torch tensor ``t``."""
+    if t.is_cuda:
+        ordinal = t.get_device()
+        route = _CUDA_ROUTES.get(ordinal)
+        if route is None:
+            backend = backends.create("cuda")
+            mine = int(getattr(backend, "ordinal", 0))
+            if mine != ordinal:
+                raise plan.bad_argument(name, f"is on cuda:{ordinal}, while the CUDA backend runs on cuda:{mine} "
+                                              "(CuPy's current device when it started)",
+                                        f"move the tensors to cuda:{mine}, or make cuda:{ordinal} current before the "
+                                        "first call (torch.cuda.set_device and cupy.cuda.Device(...).use())")
+            route = _CUDA_ROUTES[ordinal] = TorchCudaRoute(backend, ordinal)
+        return route
+    if t.device.type == "cpu":
+        if "opencl" not in plan.target.sources:
+            raise plan.bad_argument(name, "is a torch tensor on the CPU, and the target has no opencl source to run "
+                                          "it on (its CUDA kernel reads GPU memory)",
+                                    f"move the tensors to the GPU ({name}.cuda()), or add an opencl source")
+        if not _HOST_ROUTE:
+            _HOST_ROUTE.append(TorchHostRoute(backends.create("opencl")))
+        return _HOST_ROUTE[0]
+    raise plan.bad_argument(name, f"is on {_where(t)}, where no backend runs kernels",
+                            "pass CUDA tensors (the cuda backend) or CPU tensors (the opencl backend, by a host copy)")
