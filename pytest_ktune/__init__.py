@@ -1,7 +1,8 @@
 """pytest-ktune: correctness, honest timing, a regression gate and tuning for GPU kernels.
 
-The public API is small: ``target``, ``Space``, ``Case``, ``Tensor``,
-``Tolerance``, ``bucket``, ``cdiv``, and ``array_api`` / ``array_namespace`` for references.
+The public API is small: ``target``, ``Space``, ``BackendSpace``, ``Case``, ``Tensor``,
+``Tolerance``, ``Source``, ``bucket``, ``cdiv``, ``grid``, ``array_api`` / ``array_namespace`` for
+references and ``assert_close`` for ``check=`` functions.
 ``import ktune`` gives the same names.
 Names load on first use, so the pytest plugin costs nothing without ``--ktune``.
 """
@@ -17,21 +18,24 @@ _EXPORTS = {
     "BackendUnavailable": "core.errors", "CompileError": "core.errors", "KtuneError": "core.errors",
     "LaunchError": "core.errors", "MismatchError": "core.errors", "ReferenceShapeError": "core.errors",
     "SpaceError": "core.errors", "StoreError": "core.errors",
-    "Kernel": "measure.runtime", "cdiv": "core.launch",
-    "Space": "core.space",
+    "Kernel": "measure.runtime", "cdiv": "core.launch", "grid": "core.launch",
+    "Space": "core.space", "BackendSpace": "core.variants", "Source": "core.sources",
+    "assert_close": "core.compare",
     "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
     "Tolerance": "core.case", "bucket": "core.case", "target": "measure.production",
     "array_api": "core.reference", "array_namespace": "core.reference",
 }
 
 __all__ = [
-    "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "LaunchError",
-    "MismatchError", "ReferenceShapeError", "Space", "SpaceError", "StoreError", "Target",
-    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "bucket", "cdiv", "target",
+    "BackendSpace", "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "LaunchError",
+    "MismatchError", "ReferenceShapeError", "Source", "Space", "SpaceError", "StoreError", "Target",
+    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "assert_close", "bucket", "cdiv",
+    "grid", "target",
 ]
 
 if TYPE_CHECKING:
     from pytest_ktune.core.case import Case, Tensor, Tolerance, bucket
+    from pytest_ktune.core.compare import assert_close
     from pytest_ktune.core.errors import (
         BackendUnavailable,
         CompileError,
@@ -42,9 +46,11 @@ if TYPE_CHECKING:
         SpaceError,
         StoreError,
     )
-    from pytest_ktune.core.launch import cdiv
+    from pytest_ktune.core.launch import cdiv, grid
     from pytest_ktune.core.reference import array_api, array_namespace
+    from pytest_ktune.core.sources import Source
     from pytest_ktune.core.space import Space
+    from pytest_ktune.core.variants import BackendSpace
     from pytest_ktune.measure.production import LaunchTarget as Target
     from pytest_ktune.measure.production import target
     from pytest_ktune.measure.runtime import Kernel

@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
 
 if TYPE_CHECKING:
+    from pytest_ktune.core.target import Target
     from pytest_ktune.run.options import RunOptions
 
 
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                            "git-apply-able patch under .ktune/patches; commit: a new branch ktune/...; pr: commit, "
                            "push and open or update a pull request (GITHUB_TOKEN)")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
+    tune.add_argument("--key", action="append", default=[], metavar="NAME=VALUE",
+                      help="tune only the keys with this dimension (repeat for more: --key T=64 --key H=4096); "
+                           "default: every key of the targets' cases")
     tune.add_argument("--agent", action="store_true",
                       help="before searching each target, run the LLM agent loop (OPENAI_BASE_URL, OPENAI_API_KEY); "
                            "a verified, faster template is written with --write file. No model: rule-based templater")
@@ -126,7 +130,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from pytest_ktune import backends
     from pytest_ktune.agent import AGENT_OFF
     from pytest_ktune.core.discover import discover, select
-    from pytest_ktune.core.keys import cases_by_key, key_string
+    from pytest_ktune.core.keys import key_string, parse_key
     from pytest_ktune.core.store import Store, target_id
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
@@ -148,34 +152,30 @@ def cmd_tune(args: argparse.Namespace) -> int:
     store = Store.load(settings.params_path)
     failures = 0
     device_id: str | None = None
-    for target in targets:
-        if backend not in target.sources:
-            print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
-            continue
-        for key, cases in cases_by_key(target, backend).values():
-            if settings.autotune:
-                if device_id is None:  # one backend for the device's name, not one per key
-                    device_id = backends.create(backend, settings.extensions.backend).device.id
-                choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
-                                         regressed=False)
-                if not choice.tune:
-                    print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
-                    continue
-                if choice.rule == "stale":
-                    print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
-            try:
-                out = tuning.tune(target, key, tuple(cases))
-            except KtuneError as exc:
-                failures += 1
-                print(f"error: {exc.render()}", file=sys.stderr)
+    for target, key, cases in _keys(targets, backend, parse_key(args.key)):
+        if settings.autotune:
+            if device_id is None:  # one backend for the device's name, not one per key
+                device_id = backends.create(backend, settings.extensions.backend).device.id
+            choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
+                                     regressed=False)
+            if not choice.tune:
+                print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
                 continue
-            if settings.tune.write:
-                change = "params file updated" if out.written else "params file unchanged"
-            else:
-                change = "not written (--no-write)" if args.no_write else f"not written yet (--write {args.write})"
-            print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
-                  f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
-                  f"{out.decision}; {change}; report: {out.report}")
+            if choice.rule == "stale":
+                print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
+        try:
+            out = tuning.tune(target, key, tuple(cases))
+        except KtuneError as exc:
+            failures += 1
+            print(f"error: {exc.render()}", file=sys.stderr)
+            continue
+        if settings.tune.write:
+            change = "params file updated" if out.written else "params file unchanged"
+        else:
+            change = "not written (--no-write)" if args.no_write else f"not written yet (--write {args.write})"
+        print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
+              f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
+              f"{out.decision}; {change}; report: {out.report}")
     for result in tuning.agents.values():
         print(result.message)
         if result.transcript is not None:
@@ -187,8 +187,31 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _keys(targets: Sequence[Target], backend: str,
+          wanted: Mapping[str, str]) -> list[tuple[Target, dict[str, Any], list[int]]]:
+    """Each target's keys on ``backend`` that have every dimension of ``wanted`` (``--key``; all keys
+    without it); a KtuneError listing the targets' keys when ``wanted`` matches none of them."""
+    from pytest_ktune.core.keys import cases_by_key, key_matches, key_string
+
+    chosen, known = [], []
+    for target in targets:
+        if backend not in target.sources:
+            print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
+            continue
+        keys = list(cases_by_key(target, backend).values())
+        known.append(f"{target.name}: {'; '.join(key_string(k) for k, _ in keys) or 'none'}")
+        chosen += [(target, k, idx) for k, idx in keys if key_matches(k, wanted)]
+    if wanted and not chosen:
+        asked = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise KtuneError(f"no case on {backend} has a key of {asked}",
+                         where=targets[0].where if len(targets) == 1 else "",
+                         hint=f"the keys on {backend}: {' | '.join(known) or 'none'}")
+    return chosen
+
+
 def cmd_record(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.record import RecordSettings, parse_bytes, parse_key, run_record
+    from pytest_ktune.core.keys import parse_key
+    from pytest_ktune.lab.record import RecordSettings, parse_bytes, run_record
 
     if args.samples < 0:
         raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")

@@ -37,7 +37,7 @@ class _Relaunch:
     def __getitem__(self, name: str) -> Any:
         return self.params[name]
 
-    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None) -> None:
+    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None, shared: Any = 0) -> None:
 
         if self._launch:
             g, b = list(as_dim(grid)), list(as_dim(block))
@@ -51,7 +51,7 @@ class _Relaunch:
             if "block" in self._launch:
                 b = _splice(b, self._launch["block"].evaluate(values))
             grid, block = tuple(g), tuple(b)
-        self._kernel.launch(grid, block, args, name=name)
+        self._kernel.launch(grid, block, args, name=name, shared=shared)
 
 
 def _is_int(v: object) -> bool:
@@ -70,7 +70,9 @@ def relaunch(base: Target, kernel: Any, launch: Mapping[str, str], **bound: Any)
     function does)."""
     exprs = {k: _parsed(v, f"launch.{k}") for k, v in launch.items()}
     key = base.key(bound)
-    return base.fn(_Relaunch(kernel, exprs, key, base.default), **bound)
+    backend = getattr(kernel, "backend_name", None)
+    fallback = base.for_backend(backend).default if isinstance(backend, str) else base.default
+    return base.fn(_Relaunch(kernel, exprs, key, fallback), **bound)
 
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -163,8 +165,10 @@ def scratch_target(loader: Path) -> Target:
     proposal = Proposal.from_json(meta["proposal"], backend=meta["proposal"]["backend"])
     exprs = proposal.launch_exprs()
 
+    fallback = base.for_backend(proposal.backend).default
+
     def launcher(kernel: Any, **bound: Any) -> Any:
-        return base.fn(_Relaunch(kernel, exprs, base.key(bound), base.default), **bound)
+        return base.fn(_Relaunch(kernel, exprs, base.key(bound), fallback), **bound)
 
     launcher.__name__ = base.fn.__name__
     return Target(
@@ -172,7 +176,8 @@ def scratch_target(loader: Path) -> Target:
         space=proposal.as_space(), default=dict(proposal.default), key_fn=base.key_fn, cases=base.cases,
         reference=base.reference, file=loader.resolve(), module=meta["module"], kernel_name=base.kernel_name,
         tolerance=base.tolerance, bytes_moved=base.bytes_moved, flops=base.flops,
-        defines_fn=base.defines_fn, _signature=base._signature)
+        defines_fn=base.defines_fn, check_fn=base.check_fn, postprocess_fn=base.postprocess_fn,
+        _signature=base._signature)
 
 
 def _signature_text(base: Target) -> tuple[str, str]:
@@ -250,6 +255,8 @@ LAUNCH = {dict(proposal.launch)!r}
     tolerance=_base.tolerance,
     bytes_moved=_base.bytes_moved,
     flops=_base.flops,
+    check=_base.check_fn,
+    postprocess=_base.postprocess_fn,
     defines=_base.defines_fn,
     kernel=_base.kernel_name,
     name={tname!r},

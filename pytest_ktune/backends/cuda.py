@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import io
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -12,16 +14,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_ktune.backends.base import (
+    FMA_CHAINS,
+    Constant,
     DeviceInfo,
     KernelFunction,
     Launch,
     Resources,
     copy_buffer_bytes,
     flush_bytes,
+    multiply_add_rate,
     poison_value,
+    replay,
     scalar_arg,
 )
-from pytest_ktune.backends.compile_log import annotate
+from pytest_ktune.backends.compile_log import annotate, clean_log, output_asked
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, LaunchError, LimitError
@@ -39,6 +45,26 @@ extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __re
         dst[i] = src[i];
 }
 """
+
+
+_FMA_SRC = r"""
+extern "C" __global__ void ktune_fma(float* out, float a, float b, int iters) {
+    float x[CHAINS];
+    #pragma unroll
+    for (int c = 0; c < CHAINS; ++c) x[c] = threadIdx.x * 1e-6f + c;
+    for (int i = 0; i < iters; ++i) {
+        #pragma unroll
+        for (int c = 0; c < CHAINS; ++c) x[c] = x[c] * a + b;
+    }
+    float s = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < CHAINS; ++c) s += x[c];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+""".replace("CHAINS", str(FMA_CHAINS))
+
+
+_STATIC_SHARED_LIMIT = 48 << 10  # what a block may use without opting in to more
 
 
 _BF16_NAN = 0x7FC0  # bfloat16's quiet NaN: the poison of a bfloat16 output
@@ -68,8 +94,9 @@ class _Function:
     name: str
     filename: str
     _resources: Resources | None = None
+    _dynamic_allowed: int = 0
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
         threads = int(np.prod(block))
         limit = self.resources().max_threads_per_block
         if threads > limit:
@@ -77,12 +104,31 @@ class _Function:
                 f"kernel {self.name} launched with {threads} threads per block; it allows at most "
                 f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
                 where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
+        if shared:
+            self._allow_shared(shared)
+        # Constant memory is the module's own: a Constant among the arguments is not one of the kernel's.
+        kargs = tuple(scalar_arg(a) for a in args if not isinstance(a, Constant))
         try:
-            self.kernel(grid, block, tuple(scalar_arg(a) for a in args))
+            if shared:
+                self.kernel(grid, block, kargs, shared_mem=shared)
+            else:
+                self.kernel(grid, block, kargs)
         except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
             raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
                               f"{type(exc).__name__}: {exc}", where=self.filename,
                               hint="check the grid, block and argument list against the kernel") from None
+
+    def _allow_shared(self, shared: int) -> None:
+        """Check ``shared`` bytes of dynamic shared memory against the device, and opt in past 48 KiB."""
+        static = self.resources().shared_bytes
+        limit = self.backend.device.shared_limit
+        if static + shared > limit:
+            raise LimitError(f"kernel {self.name} asks for {shared} bytes of dynamic shared memory beside its "
+                             f"{static} static; {self.backend.device.name} allows {limit} per block",
+                             where=self.filename, hint="constrain the parameters that size the shared memory")
+        if static + shared > _STATIC_SHARED_LIMIT and shared > self._dynamic_allowed:
+            self.kernel.max_dynamic_shared_size_bytes = shared
+            self._dynamic_allowed = shared
 
     def resources(self) -> Resources:
         if self._resources is None:
@@ -101,7 +147,27 @@ class _Program:
     backend: CudaBackend
     module: Any
     filename: str
+    log: str = ""
     _functions: dict[str, _Function] = field(default_factory=dict)
+
+    def constant(self, name: str, array: Any) -> Constant:
+        """Copy ``array`` (host or device) into the module's ``__constant__`` variable ``name``."""
+        cp = self.backend.cp
+        try:
+            ptr = self.module.get_global(name)
+        except Exception as exc:
+            raise CompileError(f"no __constant__ variable named {name!r} in the compiled source ({exc})",
+                               where=self.filename,
+                               hint=f"declare it at file scope: __constant__ float {name}[SIZE];") from None
+        src = array if isinstance(array, cp.ndarray) else self.backend.to_device(np.asarray(array))
+        size = _global_size(self.module, name)
+        if size is not None and src.nbytes > size:
+            raise LimitError(f"kernel.constant({name!r}): {src.nbytes} bytes do not fit the {size} bytes of "
+                             f"__constant__ {name}", where=self.filename,
+                             hint="declare the variable large enough, e.g. sized by a define")
+        dst = cp.ndarray(src.shape, src.dtype, ptr)
+        dst[...] = src
+        return Constant(name, int(src.nbytes))
 
     def function(self, name: str) -> KernelFunction:
         if name not in self._functions:
@@ -144,7 +210,7 @@ class _Timer:
         for _ in range(self.repeats):
             for launches in self.sets:
                 for launch in launches:
-                    launch.function.launch(launch.grid, launch.block, launch.args)
+                    replay(launch)
 
     def sample(self, flush: bool) -> float:
         with self.stream:
@@ -202,10 +268,17 @@ class CudaBackend:
             warp_size=int(props["warpSize"]),
             max_alloc_bytes=int(props["totalGlobalMem"]),  # CUDA sets no limit per allocation
             kind="gpu",
+            shared_mem_per_block_optin=int(props.get("sharedMemPerBlockOptin", 0) or 0),
+            max_constant_bytes=int(props.get("totalConstMem", 0) or 0),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
+        self._peak: float | None = None
         self.cache_dir: Path | None = None
+        if output_asked():
+            # CuPy hands over NVRTC's messages only when it compiles, never for a cached binary: with
+            # KTUNE_COMPILER_OUTPUT=1 every program is compiled in this process, and its log kept.
+            os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:
         cp = self.cp
@@ -224,15 +297,19 @@ class CudaBackend:
             # a comment naming them, after the last line, keeps an edited header from reusing a stale cubin.
             code += f"\n// pytest-ktune: included files {included}\n"
         module = cp.RawModule(code=code, options=tuple(options))
+        stream = io.StringIO() if output_asked() else None
         try:
-            module.compile()
+            if stream is None:
+                module.compile()
+            else:
+                module.compile(log_stream=stream)
         except Exception as exc:
             log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
             raise CompileError(f"NVRTC compile failed with {' '.join(options[1:]) or 'no defines'}:\n"
                                + annotate(log, source, filename), where=filename,
                                hint="fix the source at the lines shown, or constrain the space so "
                                     "these defines are not tried") from None
-        return _Program(self, module, filename)
+        return _Program(self, module, filename, log=clean_log(stream.getvalue(), filename) if stream else "")
 
     # bfloat16 arrays (ml_dtypes on the host; CuPy 14 keeps the same dtype on the device) cross as
     # their 16-bit patterns: a bit-exact copy that needs nothing of CuPy's bfloat16 arithmetic.
@@ -357,5 +434,41 @@ class CudaBackend:
         self.release()
         return float(max(best))
 
+    def peak_flops(self) -> float:
+        """float32 multiply-add throughput, FLOP/s: 8 blocks of 256 threads per SM, 8 chains each."""
+        if self._peak is None:
+            self._peak = self._measure_fma()
+        return self._peak
+
+    def _measure_fma(self) -> float:
+        cp = self.cp
+        blocks, threads = self.device.compute_units * 8, 256
+        out = cp.empty(blocks * threads, dtype=np.float32)
+        knl = cp.RawKernel(_FMA_SRC, "ktune_fma")
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def run(iters: int) -> float:
+            start.record()
+            knl((blocks,), (threads,), (out, np.float32(0.999), np.float32(1e-3), np.int32(iters)))
+            end.record()
+            end.synchronize()
+            return float(cp.cuda.get_elapsed_time(start, end)) * 1e-3
+
+        return multiply_add_rate(run, blocks * threads * FMA_CHAINS * 2, min_s=2e-3)
+
     def release(self) -> None:
         self.cp.get_default_memory_pool().free_all_blocks()
+
+
+def _global_size(module: Any, name: str) -> int | None:
+    """The size in bytes of the module's global ``name`` (``cuModuleGetGlobal``, which CuPy does not
+    expose); None where the driver cannot be asked."""
+    try:
+        handle = module.module.ptr
+        driver = ctypes.CDLL("libcuda.so.1")
+        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+        status = driver.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(handle),
+                                             name.encode())
+    except (OSError, AttributeError):
+        return None
+    return int(size.value) if status == 0 else None

@@ -45,6 +45,7 @@ def target(**options: Any) -> Callable[[Callable[..., Any]], LaunchTarget]:
 def call_target(target: Target, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     """A production call: the recorded parameters for this device and key, else the default."""
     backend = backends.backend_for(tuple(args) + tuple(kwargs.values()))
+    target = target.for_backend(backend.name)
     bound = target.bind(*args, **kwargs).arguments
     key = target.key(bound)
     params = params_for(target, backend.device, key)

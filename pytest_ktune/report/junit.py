@@ -6,7 +6,8 @@ classname (``kernels/rmsnorm.py::rmsnorm`` -> ``kernels.rmsnorm.rmsnorm``), as
 pytest's own report names tests. A confirmed regression is a ``failure`` whose
 message carries the numbers; every testcase has ``properties``: the time, the
 baseline, their ratio, the parameters (JSON), the backend, the device and the
-verdict, as far as the check produced them.
+verdict, as far as the check produced them; with ``flops=``, GFLOP/s, the
+fraction of the device's multiply-add peak and the roofline side (``bound``).
 
 The document is built with the ``junit-xml`` package; the per-testcase
 properties, which that package does not write, are added to its elements.
@@ -71,6 +72,7 @@ def _properties(o: ItemOutcome, backend: str, device: str, perf: PerfResult | No
             verdict = perf.verdict
             if perf.gbps is not None:
                 props["gbps"] = _num(perf.gbps, 2)
+            props.update(_rate_properties(perf))
             if perf.note:
                 props["note"] = perf.note
     if tune is not None:
@@ -84,6 +86,19 @@ def _properties(o: ItemOutcome, backend: str, device: str, perf: PerfResult | No
         props["key"] = json.dumps(dict(o.key), sort_keys=True)
     props["verdict"] = verdict
     return {k: clean(v) for k, v in props.items()}
+
+
+def _rate_properties(perf: PerfResult) -> dict[str, str]:
+    """GFLOP/s, the fraction of the multiply-add peak and the roofline side, where flops= gave them."""
+    rate = perf.rate
+    if rate is None:
+        return {}
+    props = {"gflops": _num(rate.gflops, 2)}
+    if rate.peak_fraction is not None:
+        props["peak_fraction"] = _num(rate.peak_fraction, 4)
+    if rate.bound is not None:
+        props["bound"] = rate.bound
+    return props
 
 
 def build(outcomes: Iterable[ItemOutcome], results: Sequence[PerfResult] = (), tunes: Sequence[TuneOutcome] = (),

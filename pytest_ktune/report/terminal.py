@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -59,7 +59,9 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
 
 
 def summary_table(results: Sequence[PerfResult]) -> list[str]:
-    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict."""
+    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict; and
+    where a target declares ``flops=``, GFLOP/s, the fraction of the multiply-add peak and the side
+    of the roofline (``rate_cells``)."""
     header = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
               "% copy BW", "verdict"]
     rows = [[r.target, r.case, f"{r.backend} / {r.device}", _us(r.time_us), _us(r.baseline_us),
@@ -67,7 +69,24 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
              f"{r.gbps:.1f}" if r.gbps is not None else "-",
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
-    return _table(header, rows, {3, 4, 5, 6, 7})
+    right = {3, 4, 5, 6, 7}
+    if any(r.rate is not None for r in results):
+        header[8:8] = RATE_HEADER
+        for r, row in zip(results, rows, strict=True):
+            row[8:8] = rate_cells(r)
+        right |= {8, 9}
+    return _table(header, rows, right)
+
+
+RATE_HEADER = ["GFLOP/s", "% FMA peak", "bound"]
+
+
+def rate_cells(r: PerfResult) -> list[str]:
+    """The GFLOP/s columns of one row: '-' where the target declares no flops=."""
+    if r.rate is None:
+        return ["-", "-", "-"]
+    peak = f"{100 * r.rate.peak_fraction:.0f}%" if r.rate.peak_fraction is not None else "-"
+    return [f"{r.rate.gflops:.1f}", peak, r.rate.bound or "-"]
 
 
 def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> list[tuple[str, list[str]]]:
@@ -95,3 +114,12 @@ def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> lis
                 lines.append(f"  transcript: {result.transcript} ({result.usage})")
         out.append(("ktune agent", lines))
     return out
+
+
+def compiler_section(output: Mapping[str, Sequence[str]]) -> tuple[str, list[str]]:
+    """The compiler's messages of the run (``KTUNE_COMPILER_OUTPUT=1``), each once, by target."""
+    lines: list[str] = []
+    for where, messages in output.items():
+        lines.append(f"{where}:")
+        lines.extend(f"  {m}" for m in messages)
+    return "ktune compiler output", lines or ["the compiler printed nothing for this run's builds"]

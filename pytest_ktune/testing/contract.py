@@ -45,6 +45,7 @@ from pytest_ktune.core.space import Space
 from pytest_ktune.core.target import BACKENDS
 from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import Kernel, run
+from pytest_ktune.testing.memory import MemoryContract
 
 _OPENCL: dict[str, str] = {
     "scale": """\
@@ -179,8 +180,9 @@ def _assert_scaled(got: np.ndarray, x: np.ndarray, scale: float, offset: float) 
     np.testing.assert_allclose(got, x * np.float32(scale) + np.float32(offset), rtol=1e-6, atol=1e-6)
 
 
-class BackendContract:
-    """Behaviour every backend must show; subclass it and provide a ``backend`` fixture.
+class BackendContract(MemoryContract):
+    """Behaviour every backend must show; subclass it and provide a ``backend`` fixture. (Constant and
+    dynamic shared memory and the multiply-add peak, optional, are in ``testing.memory``.)
 
     Sizes are small on purpose: the whole class runs in a few seconds on
     PoCL's CPU device, most of it in ``copy_bandwidth``.
