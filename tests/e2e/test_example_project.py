@@ -18,8 +18,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 # Small cases of both targets: enough to exercise baselines without timing the whole project.
 FEW = "T64-H4096-float32 or T16-I14336-float32"
 
+# The GFLOP/s columns show because some example targets declare flops=.
 TABLE_HEADER = ["target", "case", "backend / device", "time µs", "baseline µs", "ratio", "GB/s",
-                "% copy BW", "verdict"]
+                "% copy BW", "GFLOP/s", "% FMA peak", "bound", "verdict"]
 
 
 def copy_example(tmp_path: Path, *, with_params: bool = True) -> Path:
@@ -75,7 +76,7 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
     outcomes = item_outcomes(out)
     passed = {k for k, v in outcomes.items() if v == "PASSED"}
     assert set(outcomes.values()) <= {"PASSED", "SKIPPED"}, outcomes
-    for target in ("rmsnorm", "silu_and_mul"):
+    for target in ("rmsnorm", "silu_and_mul", "conv2d"):
         correct = {k.split("::correct")[1] for k in passed if f"::{target}::correct[" in k}
         perf = {k.split("::perf")[1] for k in passed if f"::{target}::perf[" in k}
         assert correct and correct == perf, (target, correct, perf)
@@ -95,6 +96,8 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
         assert row[6] != "-" and float(row[6]) >= 0 and row[7].endswith("%")
         if row[0] in ("rmsnorm", "silu_and_mul"):
             assert float(row[6]) > 0
+        if row[0] == "conv2d":  # flops=: GFLOP/s, the fraction of the multiply-add peak, the roofline side
+            assert float(row[8]) > 0 and row[9].endswith("%") and row[10] in ("memory", "compute"), row
     assert snapshot(EXAMPLE) == before, "the run wrote into the repository's example project"
 
 
