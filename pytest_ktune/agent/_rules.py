@@ -170,6 +170,7 @@ def rule_proposal(base: Target, backend: str, *, max_threads: int = 1024) -> Pro
     """The rule-based template of ``base``'s kernel for ``backend`` (see the module docstring).
 
     Raises ProposalError when the rules find nothing to parameterise."""
+    base = base.for_backend(backend)  # the base's own space on this backend (per_backend=)
     source = base.source_text(backend)
     keys = [base.case_key(c) for c in base.cases if c.runs_on(backend)]
     key = keys[0] if keys else {}

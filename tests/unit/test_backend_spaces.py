@@ -138,3 +138,33 @@ def test_grid_is_a_ceil_div_per_dimension() -> None:
         grid(1000, (256, 2))
     with pytest.raises(ValueError, match="must be positive"):
         grid((10, 10), (0, 1))
+
+
+# -- the agent's rules follow the backend's space ----------------------------------------------------
+
+CONV_CL = """\
+#define GRID_CAP 1024
+__kernel void convolution(__global float* out, __global const float* x, int n) {
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) out[i] = x[i] * (float)TILE;
+}
+"""
+
+
+def convolution_launcher(kernel: Any, x: Any) -> Any:
+    out = kernel.empty_like(x)
+    kernel.launch(grid=min(x.shape[0] // 64, 1024), block=64, args=[out, x, x.shape[0]])
+    return out
+
+
+def test_the_rule_templater_keeps_the_backends_own_parameters() -> None:
+    from pytest_ktune import Source
+    from pytest_ktune.agent._rules import rule_proposal
+
+    base = target(sources={"cuda": Source("// cuda\n"), "opencl": Source(CONV_CL)},
+                  space=Space(TILE=[1, 2], read_only=[0, 1]), default={"TILE": 1, "read_only": 0},
+                  per_backend={"opencl": BackendSpace(drop=["read_only"], TILE=[1, 2, 4])},
+                  key=lambda x: {"N": x.shape[0]}, cases=[Case(x=Tensor((4096,)))],
+                  reference=lambda x: x)(convolution_launcher)
+    proposal = rule_proposal(base, "opencl")
+    assert "read_only" not in proposal.space and proposal.space["TILE"] == (1, 2, 4)
+    assert "GRID_CAP" in proposal.space and "BLOCK" in proposal.space
