@@ -246,6 +246,10 @@ class Gate:
         root, commit = self.settings.root, base.commit
         path = target.source_path(backend)
         text = target.source_text(backend)
+        if not same_file and target.in_memory(backend):
+            raise _Unconfirmed("old source not in git",
+                               f"The source is a ktune.Source held in Python ({target.file.name}) and changed since "
+                               "the baseline; git holds files, not the texts a program makes")
         if not same_file:
             old = git.file_at(root, commit, path) if commit else None
             if old is None or source_hash(old) != base.source_hash:

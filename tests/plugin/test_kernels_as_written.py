@@ -291,6 +291,16 @@ def test_an_in_memory_source_and_gflops_in_the_summary_junit_and_json(project: P
     assert f"{info['gflops']:.2f}" == props["gflops"]  # JUnit writes two decimals
     assert info["flop_per_byte"] == pytest.approx(1 / 8) and info["bound"] == "memory"
 
+    # A changed text is a changed source, as a file's is: slower, it fails, saying why A/B cannot confirm it.
+    slow = ("if (i >= n) return; float t = x[i]; for (int r = 0; r < 256; ++r) t = sin(t); "
+            "out[i] = t == 12345.0f ? 0.0f : MUL(x[i], a);")
+    (project.path / "kernels.py").write_text(text.replace("if (i < n) out[i] = MUL(x[i], a);", slow))
+    gated = project.run("-m", "ktune_performance")
+    gated.assert_outcomes(failed=1)
+    message = failure_section(gated, "generated::perf[small]")
+    assert "The source is a ktune.Source held in Python (kernels.py) and changed since the baseline" in message
+    assert "could not be confirmed A/B" in message
+
 
 # -- tolerances ----------------------------------------------------------------------------------
 
