@@ -29,6 +29,9 @@
 #             and with this one, then the whole example with this one
 #   gate-runs        GATE_RUNS (default 10) runs of the whole example against its baselines: 0 failures
 #   gate-slowed      a configuration x1.08-1.10 slower from SLOWED_LANDSCAPE, caught in each of 10 runs
+#   conv2d    the convolution example on a copy: baselines of the default, ktune tune conv2d (CONV_TRIALS trials,
+#             default 30, per key) with --write file, the gate on the result with JUnit and benchmark JSON, the
+#             landscape of Kernel Tuner's key (4096x4096, 17x17) and of the smallest; the params file to $OUT
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
@@ -140,6 +143,19 @@ for spec in "$@"; do
         $limit python3 benchmarks/gate_cost.py slowed --runs "${SLOWED_RUNS:-10}" \
             --landscape "${SLOWED_LANDSCAPE:-benchmarks/results/landscapes/silu_and_mul-T16-I14336-float16-NVIDIA_H200.json.gz}" \
             --out "$OUT/gate_slowed.json" 2>&1 | tee "$OUT/gate_slowed.txt" || rc=1 ;;
+    conv2d)
+        rm -rf /tmp/ec && cp -r example_project /tmp/ec && mkdir -p "$OUT/landscapes"
+        { header pytest --ktune example_project -k conv2d --ktune-update-baseline, ktune tune conv2d, pytest --ktune -k conv2d
+          python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=$BK /tmp/ec -k conv2d --ktune-update-baseline -q
+          $limit python3 -m pytest_ktune.cli tune conv2d --root /tmp/ec --backend $BK --trials "${CONV_TRIALS:-30}" --seed 1 \
+            --write file
+          python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=$BK /tmp/ec -k conv2d -q \
+            --ktune-junit "$OUT/conv2d_junit.xml" --ktune-benchmark-json "$OUT/conv2d_bench.json"
+          $limit python3 -m pytest_ktune.cli record conv2d --root example_project --backend $BK --key H=4096 --key W=4096 \
+            --key F=17 --out "$OUT/landscapes/"
+          $limit python3 -m pytest_ktune.cli record conv2d --root example_project --backend $BK --smallest-key \
+            --out "$OUT/landscapes/"; } 2>&1 | tee "$OUT/conv2d_cuda.txt" || rc=1
+        cp /tmp/ec/ktune-params.json "$OUT/ktune-params-conv2d-h200.json" ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done
