@@ -58,7 +58,7 @@ common.add_repo_to_path()
 
 from pytest_ktune.backends import Backend, Launch, create, resolve  # noqa: E402
 from pytest_ktune.backends.base import DeviceInfo, Resources, Timer  # noqa: E402
-from pytest_ktune.core.case import Case  # noqa: E402
+from pytest_ktune.core.case import Case, ToleranceSpec  # noqa: E402
 from pytest_ktune.core.dtypes import bfloat16_dtype, is_bfloat16  # noqa: E402
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, MismatchError, StoreError  # noqa: E402
 from pytest_ktune.core.store import Store, target_id  # noqa: E402
@@ -209,6 +209,10 @@ def torch_ops(torch: Any) -> dict[str, Callable[..., Any]]:
             q = v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
         return q.view(tokens, hidden), scale.squeeze(-1)
 
+    def conv2d(image: Any, filt: Any) -> Any:
+        # torch's conv2d is the cross-correlation the kernel computes (cuDNN on the GPU).
+        return functional.conv2d(image[None, None], filt[None, None])[0, 0]
+
     def moe_topk_softmax(gating: Any, topk: int, renormalize: bool = True) -> tuple[Any, Any]:
         weights, ids = torch.topk(torch.softmax(gating, dim=-1), topk, dim=-1)
         if renormalize:
@@ -217,7 +221,7 @@ def torch_ops(torch: Any) -> dict[str, Callable[..., Any]]:
 
     return {f.__name__: f for f in (rmsnorm, fused_add_rmsnorm, silu_and_mul, gelu_tanh_and_mul,
                                     rotary_neox, per_token_group_quant, moe_topk_softmax,
-                                    merge_attn_states, reshape_and_cache_flash)}
+                                    merge_attn_states, reshape_and_cache_flash, conv2d)}
 
 
 # -- reading outputs back ----------------------------------------------------------------------
@@ -323,6 +327,7 @@ class Verifier:
     rows: np.ndarray | None = None
     expected: list[np.ndarray] | None = None
     description: str = ""
+    tolerance: ToleranceSpec | None = None  # the case's (Target.tolerance_of); None: the target's
 
     def _prepare(self, shapes: list[tuple[int, ...]]) -> None:
         plan = ROW_PLANS.get(self.target.name)
@@ -358,7 +363,8 @@ class Verifier:
             plan = ROW_PLANS[self.target.name]
             got = [io.rows(o, rows, ax) for o, ax in zip(outs, plan.outputs, strict=True)]
         check_outputs(self.target, self.case_id, got, self.expected, seed=self.seed,
-                      backend=self.backend_name, repro=f"{what}; inputs drawn with seed {self.seed}")
+                      backend=self.backend_name, repro=f"{what}; inputs drawn with seed {self.seed}",
+                      tolerance=self.tolerance)
         if rows is not None:
             bad = [i for i, o in enumerate(outs) if not io.all_finite(o)]
             if bad:
@@ -772,6 +778,7 @@ class Bench:
     def case(self, target: Target, case: Case) -> CaseResult:
         t0 = time.perf_counter()
         backend = self.backend
+        target = target.for_backend(backend.name)  # its space and default on this backend (per_backend=)
         case_id = target.case_id(case)
         key = target.case_key(case)
         spec = target.case_args(case)
@@ -785,7 +792,8 @@ class Bench:
                          default_params=dict(target.default))
         seed = case_seed(self.args.seed, target, case_id, "bench")
         host_sets = [draw_inputs(case, seed + j) for j in range(k)]
-        verifier = Verifier(target, case_id, host_sets[0], seed, backend.name, self.args.verify_elements)
+        verifier = Verifier(target, case_id, host_sets[0], seed, backend.name, self.args.verify_elements,
+                            tolerance=target.tolerance_of(case))
         dev_sets = [upload(backend, h) for h in host_sets]
         self.kernels(res, target, key=key, host=host_sets[0], dev_sets=dev_sets, verifier=verifier, flush=flush)
         del dev_sets

@@ -31,6 +31,9 @@
 #   gate-slowed      a configuration x1.08-1.10 slower from SLOWED_LANDSCAPE, caught in each of 10 runs
 #   production       benchmarks/production_call.py (ktune call, raw CuPy launch, torch eager, Liger-Kernel where
 #             a wheel of it is in .whl/) and the torch gpu tests (stream, CUDA graph capture, torch.compile)
+#   conv2d    the convolution example on a copy: baselines of the default, ktune tune conv2d (CONV_TRIALS trials,
+#             default 30, per key) with --write file, the gate on the result with JUnit and benchmark JSON, the
+#             landscape of Kernel Tuner's key (4096x4096, 17x17) and of the smallest; the params file to $OUT
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
@@ -148,6 +151,19 @@ for spec in "$@"; do
         { header pytest tests/contract/test_cuda_torch.py -m gpu -v -rs
           $limit python3 -m pytest -p no:cacheprovider tests/contract/test_cuda_torch.py -m gpu -v -rs; } 2>&1 \
             | tee "$OUT/tests_cuda_torch.txt" || rc=1 ;;
+    conv2d)
+        rm -rf /tmp/ec && cp -r example_project /tmp/ec && mkdir -p "$OUT/landscapes"
+        { header pytest --ktune example_project -k conv2d --ktune-update-baseline, ktune tune conv2d, pytest --ktune -k conv2d
+          python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=$BK /tmp/ec -k conv2d --ktune-update-baseline -q
+          $limit python3 -m pytest_ktune.cli tune conv2d --root /tmp/ec --backend $BK --trials "${CONV_TRIALS:-30}" --seed 1 \
+            --write file
+          python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=$BK /tmp/ec -k conv2d -q \
+            --ktune-junit "$OUT/conv2d_junit.xml" --ktune-benchmark-json "$OUT/conv2d_bench.json"
+          $limit python3 -m pytest_ktune.cli record conv2d --root example_project --backend $BK --key H=4096 --key W=4096 \
+            --key F=17 --out "$OUT/landscapes/"
+          $limit python3 -m pytest_ktune.cli record conv2d --root example_project --backend $BK --smallest-key \
+            --out "$OUT/landscapes/"; } 2>&1 | tee "$OUT/conv2d_cuda.txt" || rc=1
+        cp /tmp/ec/ktune-params.json "$OUT/ktune-params-conv2d-h200.json" ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

@@ -1,9 +1,9 @@
 """pytest-ktune: correctness, honest timing, a regression gate and tuning for GPU kernels.
 
-The public API is small: ``target``, ``Space``, ``Case``, ``Tensor``,
-``Tolerance``, ``bucket``, ``cdiv``, and ``array_api`` / ``array_namespace`` for references;
-``reload`` (read the params file again now) and ``torch_op`` (a target as a torch custom op) for
-production.
+The public API is small: ``target``, ``Space``, ``BackendSpace``, ``Case``, ``Tensor``,
+``Tolerance``, ``Source``, ``bucket``, ``cdiv``, ``grid``, ``array_api`` / ``array_namespace`` for
+references and ``assert_close`` for ``check=`` functions; ``reload`` (read the params file again
+now) and ``torch_op`` (a target as a torch custom op) for production.
 ``import ktune`` gives the same names.
 Names load on first use, so the pytest plugin costs nothing without ``--ktune``.
 """
@@ -20,22 +20,24 @@ _EXPORTS = {
     "LaunchError": "core.errors", "MismatchError": "core.errors", "ReferenceShapeError": "core.errors",
     "SpaceError": "core.errors", "StoreError": "core.errors", "KtuneWarning": "core.errors",
     "reload": "measure.fastpath", "torch_op": "measure.torchop",
-    "Kernel": "measure.runtime", "cdiv": "core.launch",
-    "Space": "core.space",
+    "Kernel": "measure.runtime", "cdiv": "core.launch", "grid": "core.launch",
+    "Space": "core.space", "BackendSpace": "core.variants", "Source": "core.sources",
+    "assert_close": "core.compare",
     "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
     "Tolerance": "core.case", "bucket": "core.case", "target": "measure.production",
     "array_api": "core.reference", "array_namespace": "core.reference",
 }
 
 __all__ = [
-    "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "KtuneWarning", "LaunchError",
-    "MismatchError", "ReferenceShapeError", "Space", "SpaceError", "StoreError", "Target",
-    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "bucket", "cdiv", "reload", "target",
-    "torch_op",
+    "BackendSpace", "BackendUnavailable", "Case", "CompileError", "Kernel", "KtuneError", "KtuneWarning",
+    "LaunchError", "MismatchError", "ReferenceShapeError", "Source", "Space", "SpaceError", "StoreError", "Target",
+    "Tensor", "Tolerance", "__version__", "array_api", "array_namespace", "assert_close", "bucket", "cdiv",
+    "grid", "reload", "target", "torch_op",
 ]
 
 if TYPE_CHECKING:
     from pytest_ktune.core.case import Case, Tensor, Tolerance, bucket
+    from pytest_ktune.core.compare import assert_close
     from pytest_ktune.core.errors import (
         BackendUnavailable,
         CompileError,
@@ -47,9 +49,11 @@ if TYPE_CHECKING:
         SpaceError,
         StoreError,
     )
-    from pytest_ktune.core.launch import cdiv
+    from pytest_ktune.core.launch import cdiv, grid
     from pytest_ktune.core.reference import array_api, array_namespace
+    from pytest_ktune.core.sources import Source
     from pytest_ktune.core.space import Space
+    from pytest_ktune.core.variants import BackendSpace
     from pytest_ktune.measure.fastpath import reload
     from pytest_ktune.measure.production import LaunchTarget as Target
     from pytest_ktune.measure.production import target

@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     _add(tune, "autotune", "write")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
     _add(tune, "agent", "model", "agent_iterations", "agent_wall", "agent_memory", "agent_tools", "junit")
+    tune.add_argument("--key", action="append", default=[], metavar="NAME=VALUE",
+                      help="tune only the keys with this dimension (repeat for more: --key T=64 --key H=4096); "
+                           "default: every key of the targets' cases")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
     worker.add_argument("--study", action="append", default=None,
@@ -154,7 +157,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from pytest_ktune import backends
     from pytest_ktune.agent import AGENT_OFF
     from pytest_ktune.core.discover import discover, select
-    from pytest_ktune.core.keys import cases_by_key, key_string
+    from pytest_ktune.core.keys import key_string, parse_key
     from pytest_ktune.core.store import Store, target_id
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
@@ -178,42 +181,37 @@ def cmd_tune(args: argparse.Namespace) -> int:
     errors: dict[str, int] = {}
     outcomes: list[ItemOutcome] = []
     device_id: str | None = None
-    for target in targets:
-        if backend not in target.sources:
-            print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
-            continue
-        for key, cases in cases_by_key(target, backend).values():
-            if settings.autotune:
-                if device_id is None:  # one backend for the device's name, not one per key
-                    device_id = backends.create(backend, settings.extensions.backend).device.id
-                choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
-                                         regressed=False)
-                if not choice.tune:
-                    print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
-                    continue
-                if choice.rule == "stale":
-                    print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
-            started = time.monotonic()
-            try:
-                out = tuning.tune(target, key, tuple(cases))
-            except KtuneError as exc:
-                failures += 1
-                text = exc.render()
-                errors[text] = errors.get(text, 0) + 1
-                if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
-                    print(f"error: {text}", file=sys.stderr)
-                outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started,
-                                               message=text))
+    for target, key, cases in _keys(targets, backend, parse_key(args.key)):
+        if settings.autotune:
+            if device_id is None:  # one backend for the device's name, not one per key
+                device_id = backends.create(backend, settings.extensions.backend).device.id
+            choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
+                                     regressed=False)
+            if not choice.tune:
+                print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
                 continue
-            outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
-            if settings.tune.write:
-                change = "params file updated" if out.written else "params file unchanged"
-            else:
-                change = ("not written (--no-write)" if args.no_write
-                          else f"not written yet (--write {settings.write_mode})")
-            print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
-                  f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
-                  f"{out.decision}; {change}; report: {out.report}")
+            if choice.rule == "stale":
+                print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
+        started = time.monotonic()
+        try:
+            out = tuning.tune(target, key, tuple(cases))
+        except KtuneError as exc:
+            failures += 1
+            text = exc.render()
+            errors[text] = errors.get(text, 0) + 1
+            if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
+                print(f"error: {text}", file=sys.stderr)
+            outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started, message=text))
+            continue
+        outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
+        if settings.tune.write:
+            change = "params file updated" if out.written else "params file unchanged"
+        else:
+            change = ("not written (--no-write)" if args.no_write
+                      else f"not written yet (--write {settings.write_mode})")
+        print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
+              f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
+              f"{out.decision}; {change}; report: {out.report}")
     for text, n in errors.items():
         if n > 1:
             print(f"error: the same error as above for {n - 1} more key(s): {text.splitlines()[0]}", file=sys.stderr)
@@ -255,10 +253,31 @@ def _tune_outcome(target: Target, key: dict[str, Any], root: Path, outcome: str,
     label = key_label(key)
     return ItemOutcome(nodeid=f"{tid}::tune[{label}]", check="tune", target=tid, name=target.name, label=label,
                        outcome=outcome, duration_s=duration_s, message=message, key=dict(key))
+def _keys(targets: Sequence[Target], backend: str,
+          wanted: Mapping[str, str]) -> list[tuple[Target, dict[str, Any], list[int]]]:
+    """Each target's keys on ``backend`` that have every dimension of ``wanted`` (``--key``; all keys
+    without it); a KtuneError listing the targets' keys when ``wanted`` matches none of them."""
+    from pytest_ktune.core.keys import cases_by_key, key_matches, key_string
+
+    chosen, known = [], []
+    for target in targets:
+        if backend not in target.sources:
+            print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
+            continue
+        keys = list(cases_by_key(target, backend).values())
+        known.append(f"{target.name}: {'; '.join(key_string(k) for k, _ in keys) or 'none'}")
+        chosen += [(target, k, idx) for k, idx in keys if key_matches(k, wanted)]
+    if wanted and not chosen:
+        asked = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise KtuneError(f"no case on {backend} has a key of {asked}",
+                         where=targets[0].where if len(targets) == 1 else "",
+                         hint=f"the keys on {backend}: {' | '.join(known) or 'none'}")
+    return chosen
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.record import RecordSettings, parse_bytes, parse_key, run_record
+    from pytest_ktune.core.keys import parse_key
+    from pytest_ktune.lab.record import RecordSettings, parse_bytes, run_record
 
     if args.samples < 0:
         raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.keys import cases_by_key, key_label
+from pytest_ktune.core.keys import cases_by_key, clash, key_label
 from pytest_ktune.core.target import Target
 from pytest_ktune.gate.verdict import PerfResult, Regression
 from pytest_ktune.report.results import ItemOutcome
@@ -48,11 +48,18 @@ class TargetCollector(pytest.Collector):
         session = session_of(self.config)
         assert session is not None
         backend = session.backend_name
+        ids: list[tuple[int, str | KtuneError]] = []
         for i, case in enumerate(self.target.cases):
             try:
-                case_id = self.target.case_id(case)
+                ids.append((i, self.target.case_id(case)))
             except KtuneError as exc:
-                yield BrokenItem.from_parent(self, name=f"case{i}", error=exc)
+                ids.append((i, exc))
+        error = clash(self.target, [(i, c) for i, c in ids if isinstance(c, str)])
+        if error is not None:  # a collection error, before any item runs: the ids name baselines
+            raise self.CollectError(error.render())
+        for i, case_id in ids:
+            if isinstance(case_id, KtuneError):
+                yield BrokenItem.from_parent(self, name=f"case{i}", error=case_id)
                 continue
             for cls in (CorrectnessItem, PerformanceItem):
                 item = cls.from_parent(self, name=f"{cls.kind}[{case_id}]", target=self.target, case_index=i)

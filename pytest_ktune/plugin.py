@@ -265,7 +265,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     s = session_of(config)
     assert s is not None
     agents = tuple(s.tuning.agents.values()) if s.tuning else ()
-    for title, lines in summary_sections(s.results_for_reports(), agents):
+    sections = summary_sections(s.results_for_reports(), agents)
+    from pytest_ktune.backends.compile_log import compiler_output_wanted
+
+    if compiler_output_wanted():
+        from pytest_ktune.report.terminal import compiler_section
+
+        sections.append(compiler_section(s.compiler_output()))
+    for title, lines in sections:
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)

@@ -16,13 +16,13 @@ and in the Python wrapper's ``kernel.launch(grid=..., block=...)``:
   the bound of a top-level ``min(...)`` (a grid cap), or a literal grid, becomes ``GRID_CAP``.
 
 Which names become parameters, and their space (the original value is always included, and is
-the default):
+the default), by whole words of the name (``BLOCK_SIZE`` is block-like, ``ARROWS`` is no ``ROWS``):
 
 - block-like (BLOCK, THREADS, WG, WORK_GROUP, LOCAL_SIZE, TPB): powers of two from 32 up to
   ``min(1024, the device's threads per block)``;
-- vector-like (VEC, VECTOR, WIDTH, PACK): 1, 2, 4, 8, with ``D % NAME == 0`` for the row
-  dimension ``D`` of the key (named H, I, D, N, K, hidden, inter, dim, cols, width, C; else the
-  last integer key dimension);
+- vector-like (VEC, VECTOR or PACK as a word of the name, or WIDTH alone): 1, 2, 4, 8, with
+  ``D % NAME == 0`` for the row dimension ``D`` of the key (named H, I, D, N, K, hidden, inter, dim,
+  cols, width, C; else the last integer key dimension);
 - items-like (ITEMS, PER_THREAD, UNROLL, ILP, ELEMS, ROWS): 1, 2, 4, 8;
 - grid caps (CAP, MAX_BLOCKS, MAX_GRID, GRID, NUM_BLOCKS): powers of two from 128 to 2**20 (2**20
   is in effect no cap).
@@ -45,13 +45,15 @@ from pytest_ktune import backends
 from pytest_ktune.agent._proposal import LaunchExpr, Proposal, ProposalError
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
-from pytest_ktune.core.target import VECTOR_NAME, Target
+from pytest_ktune.core.target import Target
+from pytest_ktune.core.words import VECTOR_NAME, NamePattern
 
-_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+# By whole words of the name (``core.words``): BLOCK_SIZE is block-like, ARROWS is not rows.
+_KINDS: tuple[tuple[str, NamePattern], ...] = (
     ("vector", VECTOR_NAME),
-    ("items", re.compile(r"ITEMS|PER_THREAD|UNROLL|ILP|ELEMS|ROWS", re.I)),
-    ("cap", re.compile(r"CAP|MAX_BLOCKS|MAX_GRID|NUM_BLOCKS|GRID", re.I)),
-    ("block", re.compile(r"BLOCK|THREADS|^WG|WORK_?GROUP|LOCAL_SIZE|TPB", re.I)),
+    ("items", NamePattern("ITEMS", "PER_THREAD", "UNROLL", "ILP", "ELEMS", "ROWS")),
+    ("cap", NamePattern("CAP", "MAX_BLOCKS", "MAX_GRID", "NUM_BLOCKS", "GRID")),
+    ("block", NamePattern("BLOCK", "THREADS", "WG", "WORK_GROUP", "WORKGROUP", "LOCAL_SIZE", "TPB")),
 )
 _ROW_DIMS = ("H", "I", "D", "N", "K", "C", "hidden", "hidden_size", "inter", "intermediate", "dim", "head_dim",
              "cols", "width")
@@ -168,6 +170,7 @@ def rule_proposal(base: Target, backend: str, *, max_threads: int = 1024) -> Pro
     """The rule-based template of ``base``'s kernel for ``backend`` (see the module docstring).
 
     Raises ProposalError when the rules find nothing to parameterise."""
+    base = base.for_backend(backend)  # the base's own space on this backend (per_backend=)
     source = base.source_text(backend)
     keys = [base.case_key(c) for c in base.cases if c.runs_on(backend)]
     key = keys[0] if keys else {}

@@ -89,7 +89,7 @@ def find_base(kernel_file: Path, name: str, *, root: Path, backend: str) -> Targ
     wrapping = [t for t in targets if any(p == path for p in t.sources.values())]
     for t in named:
         if t.sources.get(backend) == path:
-            return t
+            return t.for_backend(backend)
     snippet = _SNIPPET.format(backend=backend, file=path.name, name=name)
     if named:
         have = ", ".join(f"{b}: {p}" for b, p in named[0].sources.items())

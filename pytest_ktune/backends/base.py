@@ -36,6 +36,15 @@ class DeviceInfo:
     # the device reports none, and then its global memory bounds a buffer.
     max_alloc_bytes: int = 0
     kind: str = "gpu"  # "gpu", "cpu" or "accelerator": what the device is, as it reports itself
+    # The most shared memory one block may use, dynamic included, once it opts in (CUDA's
+    # sharedMemPerBlockOptin, 227 KiB on an H100 or H200); 0: ``shared_mem_per_block`` is the limit.
+    shared_mem_per_block_optin: int = 0
+    max_constant_bytes: int = 0  # the largest constant buffer (OpenCL) or constant bank (CUDA); 0: unknown
+
+    @property
+    def shared_limit(self) -> int:
+        """The most shared (local) memory one block may use, static and dynamic together."""
+        return max(self.shared_mem_per_block, self.shared_mem_per_block_optin)
 
     @property
     def id(self) -> str:
@@ -108,12 +117,54 @@ class Resources:
 
 @dataclass(frozen=True)
 class Launch:
-    """One recorded kernel launch, replayed when timing."""
+    """One recorded kernel launch, replayed when timing (``replay``)."""
 
     function: KernelFunction
     grid: tuple[int, ...]
     block: tuple[int, ...]
     args: tuple[Any, ...]
+    shared: int = 0  # bytes of dynamic shared memory per block
+
+
+@dataclass(frozen=True)
+class Constant:
+    """Data a kernel reads as constant memory, made by ``kernel.constant(name, array)``.
+
+    On CUDA the data is in the module's ``__constant__`` variable ``name``, and a Constant among a
+    launch's arguments is left out; on OpenCL ``buffer`` is a read-only device array, passed where
+    the Constant stands (for a ``__constant`` pointer parameter).
+    """
+
+    name: str
+    nbytes: int
+    buffer: Any = None
+
+
+class SharedMemoryFunction(Protocol):
+    """A kernel entry point that takes dynamic shared memory (both built-in backends' functions do):
+    on CUDA the launch's dynamic shared memory, on OpenCL a ``__local`` buffer of that many bytes
+    passed as the kernel's last argument."""
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None: ...
+
+
+def takes_shared(function: KernelFunction) -> bool:
+    """Whether ``function.launch`` takes ``shared=`` (dynamic shared memory)."""
+    import inspect
+
+    try:
+        return "shared" in inspect.signature(function.launch).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def replay(launch: Launch) -> None:
+    """Run one recorded launch again, with its dynamic shared memory."""
+    if launch.shared:
+        cast("SharedMemoryFunction", launch.function).launch(launch.grid, launch.block, launch.args,
+                                                             shared=launch.shared)
+    else:
+        launch.function.launch(launch.grid, launch.block, launch.args)
 
 
 class KernelFunction(Protocol):
@@ -127,9 +178,18 @@ class KernelFunction(Protocol):
 
 
 class Program(Protocol):
-    """A compiled source with one set of defines."""
+    """A compiled source with one set of defines.
+
+    A program may also have ``log``, the compiler's messages (warnings) of its build, and offer
+    ``constant(name, array) -> Constant`` (both built-in backends' programs do).
+    """
 
     def function(self, name: str) -> KernelFunction: ...
+
+
+def compiler_log(program: Program) -> str:
+    """The compiler's messages of the program's build ('' where the backend keeps none)."""
+    return str(getattr(program, "log", "") or "")
 
 
 class Timer(Protocol):
@@ -154,7 +214,8 @@ class Backend(Protocol):
 
     A backend may also offer ``compare_on_device`` (see ``DeviceComparison``),
     so that large outputs are checked where they are; one without it has its
-    outputs copied to the host and checked there.
+    outputs copied to the host and checked there. It may offer ``peak_flops``
+    (``peak_flops`` below), for the fraction of the device's peak a kernel reaches.
     """
 
     name: str
@@ -205,6 +266,16 @@ def compare_on_device(backend: Backend, out: Any, ref: Any, tol: Tolerance) -> b
         return None
     verdict = method(out, ref, tol)
     return None if verdict is None else bool(verdict)
+
+
+def peak_flops(backend: Backend) -> float | None:
+    """``backend.peak_flops()``: the device's float32 multiply-add throughput in FLOP/s (2 per
+    multiply-add), measured once, as ``copy_bandwidth`` is; None for a backend without it."""
+    method = getattr(backend, "peak_flops", None)
+    if method is None:
+        return None
+    value = float(method())
+    return value if value > 0 else None
 
 
 def has_device_comparison(backend: Backend) -> bool:
@@ -293,6 +364,30 @@ def as_dim(d: Dim) -> tuple[int, ...]:
     if not 1 <= len(t) <= 3:
         raise ValueError(f"a grid or block has 1 to 3 dimensions, got {d!r}")
     return t
+
+
+def same_rank(grid: tuple[int, ...], block: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A grid and a block of as many dimensions, the shorter padded with 1s, as CUDA reads a 2-D grid
+    of 1-D blocks (and OpenCL needs its global and local sizes to have)."""
+    rank = max(len(grid), len(block))
+    return grid + (1,) * (rank - len(grid)), block + (1,) * (rank - len(block))
+
+
+# The float32 multiply-add kernels behind ``peak_flops``: FMA_CHAINS independent chains per thread
+# (enough to hide the latency of each), each step counted as 2 FLOP.
+FMA_CHAINS = 8
+
+
+def multiply_add_rate(run: Callable[[int], float], flops_per_iteration: int, *, min_s: float,
+                      max_iterations: int = 1 << 20) -> float:
+    """FLOP/s of a multiply-add kernel: ``run(iterations)`` launches it once and returns its seconds;
+    the iterations are doubled until one launch lasts ``min_s``, then the median of five launches
+    counts."""
+    iterations = 64
+    while run(iterations) < min_s and iterations < max_iterations:
+        iterations *= 2
+    times = sorted(run(iterations) for _ in range(5))
+    return flops_per_iteration * iterations / times[2]
 
 
 def poison_value(dtype: np.dtype[Any]) -> Any:

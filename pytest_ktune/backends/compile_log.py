@@ -9,6 +9,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 _LINE_REFS = (
     re.compile(r"[(:](\d+)[):](?:(\d+):)?\s*(?:fatal )?error"),
@@ -67,3 +68,20 @@ def quiet_stderr(enabled: bool = True) -> Iterator[None]:
                 os.dup2(saved, 2)
     finally:
         os.close(saved)
+
+
+# Names compilers give the text they were handed (PoCL's kernel cache, CuPy's hashed files).
+_TEMP_NAME = re.compile(r"(?:[^\s:()<>]*/)?(?:tempfile_\w+|[0-9a-f]{32,}\w*)\.(?:cl|cu)\b")
+_SUMMARY = re.compile(r"^\s*\d+ (?:warnings?|errors?) generated\.?\s*$")
+
+
+def clean_log(log: str, filename: str) -> str:
+    """A build log as it concerns the user: the compiler's temporary file names replaced by the
+    source's, each message line once, counts ("2 warnings generated") left out."""
+    name = Path(filename).name
+    seen: dict[str, None] = {}
+    for raw in log.splitlines():
+        line = _TEMP_NAME.sub(name, raw.rstrip())
+        if line.strip() and not _SUMMARY.match(line):
+            seen.setdefault(line, None)
+    return "\n".join(seen)

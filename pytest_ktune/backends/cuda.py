@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import statistics
@@ -13,16 +14,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pytest_ktune.backends.base import (
+    FMA_CHAINS,
+    Constant,
     DeviceInfo,
     KernelFunction,
     Launch,
     Resources,
     copy_buffer_bytes,
     flush_bytes,
+    multiply_add_rate,
     poison_value,
     scalar_arg,
 )
-from pytest_ktune.backends.compile_log import annotate
+from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted
+from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, LaunchError, LimitError
@@ -42,7 +47,26 @@ extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __re
 """
 
 
-_BF16_NAN = 0x7FC0  # bfloat16's quiet NaN: the poison of a bfloat16 output
+_FMA_SRC = r"""
+extern "C" __global__ void ktune_fma(float* out, float a, float b, int iters) {
+    float x[CHAINS];
+    #pragma unroll
+    for (int c = 0; c < CHAINS; ++c) x[c] = threadIdx.x * 1e-6f + c;
+    for (int i = 0; i < iters; ++i) {
+        #pragma unroll
+        for (int c = 0; c < CHAINS; ++c) x[c] = x[c] * a + b;
+    }
+    float s = 0.0f;
+    #pragma unroll
+    for (int c = 0; c < CHAINS; ++c) s += x[c];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+""".replace("CHAINS", str(FMA_CHAINS))
+
+
+_STATIC_SHARED_LIMIT = 48 << 10  # what a block may use without opting in to more
+
+
 
 
 def _cupy() -> Any:
@@ -80,6 +104,7 @@ class _Function:
     filename: str
     _resources: Resources | None = None
     _limit: int = 0  # max threads per block, once resources() has been read
+    _dynamic_allowed: int = 0  # dynamic shared memory opted in past 48 KiB, in bytes
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -90,19 +115,30 @@ class _Function:
                 f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
                 where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+    def _kernel_args(self, args: Sequence[Any], shared: int) -> tuple[Any, ...]:
+        if shared:
+            self._allow_shared(shared)
+        # Constant memory is the module's own: a Constant among the arguments is not one of the kernel's.
+        return tuple(scalar_arg(a) for a in args if not isinstance(a, Constant))
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
         self._check_block(grid, block)
+        kargs = self._kernel_args(args, shared)
         try:
-            self.kernel(grid, block, [scalar_arg(a) for a in args])
+            if shared:
+                self.kernel(grid, block, kargs, shared_mem=shared)
+            else:
+                self.kernel(grid, block, kargs)
         except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
             raise self._failed(grid, block, exc) from None
 
     def launch_on_stream(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                         stream: int) -> None:
+                         stream: int, shared: int = 0) -> None:
         """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current)."""
         self._check_block(grid, block)
+        kargs = self._kernel_args(args, shared)
         try:
-            self.kernel(grid, block, [scalar_arg(a) for a in args], stream=self.backend.external_stream(stream))
+            self.kernel(grid, block, kargs, stream=self.backend.external_stream(stream), shared_mem=shared)
         except Exception as exc:
             raise self._failed(grid, block, exc) from None
 
@@ -110,6 +146,18 @@ class _Function:
         return LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
                            f"{type(exc).__name__}: {exc}", where=self.filename,
                            hint="check the grid, block and argument list against the kernel")
+
+    def _allow_shared(self, shared: int) -> None:
+        """Check ``shared`` bytes of dynamic shared memory against the device, and opt in past 48 KiB."""
+        static = self.resources().shared_bytes
+        limit = self.backend.device.shared_limit
+        if static + shared > limit:
+            raise LimitError(f"kernel {self.name} asks for {shared} bytes of dynamic shared memory beside its "
+                             f"{static} static; {self.backend.device.name} allows {limit} per block",
+                             where=self.filename, hint="constrain the parameters that size the shared memory")
+        if static + shared > _STATIC_SHARED_LIMIT and shared > self._dynamic_allowed:
+            self.kernel.max_dynamic_shared_size_bytes = shared
+            self._dynamic_allowed = shared
 
     def resources(self) -> Resources:
         if self._resources is None:
@@ -129,7 +177,27 @@ class _Program:
     backend: CudaBackend
     module: Any
     filename: str
+    log: str = ""
     _functions: dict[str, _Function] = field(default_factory=dict)
+
+    def constant(self, name: str, array: Any) -> Constant:
+        """Copy ``array`` (host or device) into the module's ``__constant__`` variable ``name``."""
+        cp = self.backend.cp
+        try:
+            ptr = self.module.get_global(name)
+        except Exception as exc:
+            raise CompileError(f"no __constant__ variable named {name!r} in the compiled source ({exc})",
+                               where=self.filename,
+                               hint=f"declare it at file scope: __constant__ float {name}[SIZE];") from None
+        src = array if isinstance(array, cp.ndarray) else self.backend.to_device(np.asarray(array))
+        size = global_size(self.module, name)
+        if size is not None and src.nbytes > size:
+            raise LimitError(f"kernel.constant({name!r}): {src.nbytes} bytes do not fit the {size} bytes of "
+                             f"__constant__ {name}", where=self.filename,
+                             hint="declare the variable large enough, e.g. sized by a define")
+        dst = cp.ndarray(src.shape, src.dtype, ptr)
+        dst[...] = src
+        return Constant(name, int(src.nbytes))
 
     def function(self, name: str) -> KernelFunction:
         if name not in self._functions:
@@ -142,101 +210,6 @@ class _Program:
                                         "@ktune.target") from None
             self._functions[name] = _Function(self.backend, kernel, name, self.filename)
         return self._functions[name]
-
-
-@dataclass
-class _Guarded:
-    """A CuPy view into the middle of one byte allocation: guard, middle, guard."""
-
-    backend: CudaBackend
-    whole: Any  # a cupy uint8 array holding all three
-    array: Any  # the view of the middle, of the shape and dtype asked for
-    guard_bytes: int
-    nbytes: int
-
-    def _middle(self) -> Any:
-        return self.whole[self.guard_bytes:self.guard_bytes + self.nbytes]
-
-    def set(self, host: np.ndarray) -> None:
-        flat = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
-        self._middle().set(flat)
-
-    def copy_from(self, device: Any) -> None:
-        cp = self.backend.cp
-        self._middle()[...] = cp.ascontiguousarray(device).reshape(-1).view(cp.uint8)
-
-    def poison(self) -> None:
-        dt = np.dtype(self.array.dtype)
-        if is_bfloat16(dt):
-            self._middle().view(np.uint16).fill(_BF16_NAN)
-        else:
-            self._middle().view(dt).fill(poison_value(dt))
-
-    def write_guards(self, front: bytes, back: bytes) -> None:
-        g, n = self.guard_bytes, self.nbytes
-        self.whole[:g].set(np.frombuffer(front, dtype=np.uint8))
-        self.whole[g + n:].set(np.frombuffer(back, dtype=np.uint8))
-        self.backend.synchronize()
-
-    def read_guards(self) -> tuple[bytes, bytes]:
-        self.backend.synchronize()
-        g, n = self.guard_bytes, self.nbytes
-        cp = self.backend.cp
-        return cp.asnumpy(self.whole[:g]).tobytes(), cp.asnumpy(self.whole[g + n:]).tobytes()
-
-
-class _Timer:
-    """Times a CUDA graph of ``repeats`` passes over the launch sets (events, if capture fails)."""
-
-    def __init__(self, backend: CudaBackend, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
-        cp = backend.cp
-        self.backend = backend
-        self.repeats = repeats
-        self.sets = launch_sets
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.start = cp.cuda.Event()
-        self.end = cp.cuda.Event()
-        self.graph: Any = None
-        self.mode = "graph"
-        try:
-            with self.stream:
-                self.stream.begin_capture()
-                try:
-                    self._replay()
-                finally:
-                    self.graph = self.stream.end_capture()
-        except Exception:  # capture unsupported for some launch: fall back to events
-            self.graph = None
-            self.mode = "events"
-
-    def _replay(self) -> None:
-        for _ in range(self.repeats):
-            for launches in self.sets:
-                for launch in launches:
-                    launch.function.launch(launch.grid, launch.block, launch.args)
-
-    def sample(self, flush: bool) -> float:
-        with self.stream:
-            if flush:
-                self.backend.flush_cache()
-            self.start.record(self.stream)
-            if self.graph is not None:
-                self.graph.launch(self.stream)
-            else:
-                self._replay()
-            self.end.record(self.stream)
-        try:
-            self.end.synchronize()
-        except Exception as exc:
-            raise LaunchError(f"a kernel failed while being timed: {exc}",
-                              hint="run the correctness item first; an illegal memory access "
-                                   "leaves the CUDA context unusable for the rest of the process") from None
-        ms = float(self.backend.cp.cuda.get_elapsed_time(self.start, self.end))
-        return ms * 1e-3 / self.repeats
-
-    def close(self) -> None:
-        self.graph = None
-        self.sets = ()
 
 
 class CudaBackend:
@@ -272,11 +245,18 @@ class CudaBackend:
             warp_size=int(props["warpSize"]),
             max_alloc_bytes=int(props["totalGlobalMem"]),  # CUDA sets no limit per allocation
             kind="gpu",
+            shared_mem_per_block_optin=int(props.get("sharedMemPerBlockOptin", 0) or 0),
+            max_constant_bytes=int(props.get("totalConstMem", 0) or 0),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
+        self._peak: float | None = None
         self.cache_dir: Path | None = None
         self._streams: dict[int, Any] = {}
+        if compiler_output_wanted():
+            # CuPy hands over NVRTC's messages only when it compiles, never for a cached binary: with
+            # KTUNE_COMPILER_OUTPUT=1 every program is compiled in this process, and its log kept.
+            os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
 
     def external_stream(self, handle: int) -> Any:
         """A CuPy stream object for the CUDA stream ``handle`` (made once per handle)."""
@@ -307,15 +287,19 @@ class CudaBackend:
             # a comment naming them, after the last line, keeps an edited header from reusing a stale cubin.
             code += f"\n// pytest-ktune: included files {included}\n"
         module = cp.RawModule(code=code, options=tuple(options))
+        stream = io.StringIO() if compiler_output_wanted() else None
         try:
-            module.compile()
+            if stream is None:
+                module.compile()
+            else:
+                module.compile(log_stream=stream)
         except Exception as exc:
             log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
             raise CompileError(f"NVRTC compile failed with {' '.join(options[1:]) or 'no defines'}:\n"
                                + annotate(log, source, filename), where=filename,
                                hint="fix the source at the lines shown, or constrain the space so "
                                     "these defines are not tried") from None
-        return _Program(self, module, filename)
+        return _Program(self, module, filename, log=clean_log(stream.getvalue(), filename) if stream else "")
 
     # bfloat16 arrays (ml_dtypes on the host; CuPy 14 keeps the same dtype on the device) cross as
     # their 16-bit patterns: a bit-exact copy that needs nothing of CuPy's bfloat16 arithmetic.
@@ -335,12 +319,12 @@ class CudaBackend:
         out = self.cp.empty(shape, dtype=dt)
         if poison:
             if is_bfloat16(dt):
-                out.view(np.uint16).fill(_BF16_NAN)
+                out.view(np.uint16).fill(BF16_NAN)
             else:
                 out.fill(poison_value(dt))
         return out
 
-    def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> _Guarded | None:
+    def guarded_empty(self, shape: Sequence[int], dtype: Any, guard_bytes: int) -> GuardedView | None:
         """A view into the middle of one allocation, its guards rounded up to 256 bytes (CUDA's
         allocation alignment, so the view is as aligned as a plain array); None for an empty array."""
         dt = as_dtype(dtype)
@@ -351,7 +335,7 @@ class CudaBackend:
         whole = self.cp.empty(2 * guard + nbytes, dtype=np.uint8)
         middle = whole[guard:guard + nbytes]
         view = (middle.view(np.uint16).view(dt) if is_bfloat16(dt) else middle.view(dt)).reshape(tuple(shape))
-        return _Guarded(self, whole, view, guard, nbytes)
+        return GuardedView(self, whole, view, guard, nbytes)
 
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, self.cp.ndarray)
@@ -412,8 +396,8 @@ class CudaBackend:
                               hint="a kernel failed while running (often an out-of-bounds access); "
                                    "the CUDA context may be unusable until the process restarts") from None
 
-    def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> _Timer:
-        return _Timer(self, launch_sets, repeats)
+    def timer(self, launch_sets: Sequence[Sequence[Launch]], repeats: int) -> GraphTimer:
+        return GraphTimer(self, launch_sets, repeats)
 
     def flush_cache(self) -> None:
         if self._flush_buf is None:
@@ -452,6 +436,28 @@ class CudaBackend:
         del src, dst
         self.release()
         return float(max(best))
+
+    def peak_flops(self) -> float:
+        """float32 multiply-add throughput, FLOP/s: 8 blocks of 256 threads per SM, 8 chains each."""
+        if self._peak is None:
+            self._peak = self._measure_fma()
+        return self._peak
+
+    def _measure_fma(self) -> float:
+        cp = self.cp
+        blocks, threads = self.device.compute_units * 8, 256
+        out = cp.empty(blocks * threads, dtype=np.float32)
+        knl = cp.RawKernel(_FMA_SRC, "ktune_fma")
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+
+        def run(iters: int) -> float:
+            start.record()
+            knl((blocks,), (threads,), (out, np.float32(0.999), np.float32(1e-3), np.int32(iters)))
+            end.record()
+            end.synchronize()
+            return float(cp.cuda.get_elapsed_time(start, end)) * 1e-3
+
+        return multiply_add_rate(run, blocks * threads * FMA_CHAINS * 2, min_s=2e-3)
 
     def release(self) -> None:
         self.cp.get_default_memory_pool().free_all_blocks()

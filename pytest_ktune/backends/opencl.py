@@ -15,17 +15,20 @@ from typing import Any
 import numpy as np
 
 from pytest_ktune.backends.base import (
+    FMA_CHAINS,
+    Constant,
     DeviceInfo,
     KernelFunction,
     Launch,
     Resources,
     copy_buffer_bytes,
     flush_bytes,
+    multiply_add_rate,
     poison_value,
     scalar_arg,
     touched_bytes,
 )
-from pytest_ktune.backends.compile_log import annotate, compiler_output_wanted, quiet_stderr
+from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted, quiet_stderr
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
@@ -36,6 +39,29 @@ __kernel void ktune_copy(__global const float4* restrict src, __global float4* r
     for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) dst[i] = src[i];
 }
 """
+
+
+# Eight lanes a thread: what a CPU's vector units take (PoCL fuses none of its multiply-adds, and calls a
+# library for fma(), so this counts what a kernel's own arithmetic reaches); a GPU's compiler splits
+# them into scalar chains.
+_FMA_SRC = f"""
+__kernel void ktune_fma(__global float* out, float a, float b, int iters) {{
+    const float8 x = (float8)(get_global_id(0) * 1e-6f);
+    float8 {", ".join(f"x{c} = x + {c}.0f" for c in range(FMA_CHAINS))};
+    for (int i = 0; i < iters; ++i) {{ {" ".join(f"x{c} = x{c} * a + b;" for c in range(FMA_CHAINS))} }}
+    vstore8({" + ".join(f"x{c}" for c in range(FMA_CHAINS))}, get_global_id(0), out);
+}}
+"""
+_FMA_LANES = 8
+
+
+# Words of OpenCL C that a CUDA kernel's parameter may be named (read_only is a parameter of Kernel
+# Tuner's CUDA convolution): a -D of one of them breaks the compiler's own headers.
+_OPENCL_KEYWORDS = frozenset({
+    "read_only", "write_only", "read_write", "__read_only", "__write_only", "__read_write", "kernel", "global",
+    "local", "constant", "private", "__kernel", "__global", "__local", "__constant", "__private", "half",
+    "image1d_t", "image2d_t", "image3d_t", "sampler_t", "event_t", "uniform", "pipe",
+})
 
 
 def _cl() -> Any:
@@ -77,11 +103,11 @@ class _Function:
     _resources: Resources | None = None
     _scalars: list[Any] | None = None  # the argument types of the first launch: None for a buffer
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-        self.enqueue(grid, block, args)
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
+        self.enqueue(grid, block, args, shared=shared)
 
     def enqueue(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                wait_for: Sequence[Any] | None = None) -> Any:
+                wait_for: Sequence[Any] | None = None, shared: int = 0) -> Any:
         cl = self.backend.cl
         threads = block[0] if len(block) == 1 else math.prod(block)
         limit = (self._resources or self.resources()).max_threads_per_block
@@ -90,20 +116,27 @@ class _Function:
                               f"this device allows at most {limit} for it", where=self.filename,
                               hint="use a smaller block, or constrain the block-size parameter")
         gsize = (grid[0] * block[0],) if len(grid) == 1 else tuple(g * b for g, b in zip(grid, block, strict=True))
-        array = cl.array.Array
-        cargs = [a.data if isinstance(a, array) else scalar_arg(a) for a in args]
+        cargs = [_arg(cl, a) for a in args]
+        if shared:
+            static = self.resources().shared_bytes
+            if static + shared > self.backend.device.shared_limit:
+                raise LimitError(f"kernel {self.name} asks for {shared} bytes of local memory beside its {static}; "
+                                 f"this device allows {self.backend.device.shared_limit} per work-group",
+                                 where=self.filename, hint="constrain the parameters that size the local memory")
+            cargs.append(cl.LocalMemory(shared))  # dynamic shared memory: the kernel's last, __local, parameter
         try:
-            if self._scalars is None:
+            if self._scalars is None or len(self._scalars) != len(cargs):
                 # pyopencl's invoker for known argument types packs them in generated code: a launch costs
                 # half of what set_args with untyped arguments does. The types are the first launch's.
-                self._scalars = [None if isinstance(a, cl.MemoryObjectHolder) or a is None
+                self._scalars = [None if isinstance(a, (cl.MemoryObjectHolder, cl.LocalMemory)) or a is None
                                  else np.asarray(a).dtype for a in cargs]
                 self.kernel.set_scalar_arg_dtypes(self._scalars)
             return self.kernel(self.backend.queue, gsize, block, *cargs, wait_for=wait_for)
         except (cl.Error, TypeError, ValueError, struct.error) as exc:
+            extra = " (with shared=, its last parameter must be a __local pointer)" if shared else ""
             raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: {exc}",
                               where=self.filename,
-                              hint="check the argument list against the kernel's signature") from None
+                              hint=f"check the argument list against the kernel's signature{extra}") from None
 
     def resources(self) -> Resources:
         if self._resources is None:
@@ -118,12 +151,30 @@ class _Function:
         return self._resources
 
 
+def _arg(cl: Any, a: Any) -> Any:
+    if isinstance(a, Constant):
+        return a.buffer.data
+    return a.data if isinstance(a, cl.array.Array) else scalar_arg(a)
+
+
 @dataclass
 class _Program:
     backend: OpenCLBackend
     program: Any
     filename: str
+    log: str = ""
     _functions: dict[str, _Function] = field(default_factory=dict)
+
+    def constant(self, name: str, array: Any) -> Constant:
+        """``array`` (host or device) as a constant buffer, for a ``__constant`` pointer parameter."""
+        buf = array if self.backend.owns(array) else self.backend.to_device(np.asarray(array))
+        limit = self.backend.device.max_constant_bytes
+        if limit and buf.nbytes > limit:
+            raise LimitError(f"kernel.constant({name!r}): {buf.nbytes} bytes are more than the {limit} bytes of "
+                             f"constant memory {self.backend.device.name} allows in one buffer "
+                             "(CL_DEVICE_MAX_CONSTANT_BUFFER_SIZE)", where=self.filename,
+                             hint="pass the data as a __global const pointer instead")
+        return Constant(name, int(buf.nbytes), buf)
 
     def function(self, name: str) -> KernelFunction:
         if name not in self._functions:
@@ -196,7 +247,7 @@ class _Timer:
                     fn = launch.function
                     assert isinstance(fn, _Function)
                     ev = fn.enqueue(launch.grid, launch.block, launch.args,
-                                    wait_for=[gate] if first is None else None)
+                                    wait_for=[gate] if first is None else None, shared=launch.shared)
                     first = first or ev
                     last = ev
         gate.set_status(cl.command_execution_status.COMPLETE)
@@ -246,9 +297,11 @@ class OpenCLBackend:
             warp_size=1,
             max_alloc_bytes=int(dev.max_mem_alloc_size),
             kind=_kind(cl, dev),
+            max_constant_bytes=int(dev.max_constant_buffer_size),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
+        self._peak: float | None = None
         self.copy_bytes = 0  # each buffer of the last copy-bandwidth measurement
         self.cache_dir: Path | None = None
 
@@ -274,11 +327,16 @@ class OpenCLBackend:
                 program = cl.Program(self.context, source).build(options=options, **kwargs)
         except cl.Error as exc:
             log = _build_log(exc)
+            keywords = sorted(set(defines) & _OPENCL_KEYWORDS)
+            hint = "fix the source at the lines shown, or constrain the space so these defines are not tried"
+            if keywords:
+                what = "is an OpenCL C keyword" if len(keywords) == 1 else "are OpenCL C keywords"
+                hint = (f"{', '.join(keywords)} {what}: as a -D macro it breaks OpenCL's own headers. Rename it, "
+                        "or drop it on OpenCL: per_backend={'opencl': ktune.BackendSpace(drop=[...])}")
             raise CompileError(f"OpenCL compile failed with {' '.join(options) or 'no options'}:\n"
-                               + annotate(log, source, filename), where=filename,
-                               hint="fix the source at the lines shown, or constrain the space so "
-                                    "these defines are not tried") from None
-        return _Program(self, program, filename)
+                               + annotate(log, source, filename), where=filename, hint=hint) from None
+        log = program.get_build_info(self.cl_device, cl.program_build_info.LOG) or ""
+        return _Program(self, program, filename, log=clean_log(str(log), filename))
 
     def to_device(self, a: np.ndarray) -> Any:
         _refuse_bfloat16(a.dtype, tuple(a.shape))
@@ -394,6 +452,30 @@ class OpenCLBackend:
         src.release()
         dst.release()
         return float(max(best))
+
+    def peak_flops(self) -> float:
+        """float32 multiply-add throughput, FLOP/s: 8 work-groups per compute unit, 8 chains of 8 lanes
+        per work-item."""
+        if self._peak is None:
+            self._peak = self._measure_fma()
+        return self._peak
+
+    def _measure_fma(self) -> float:
+        cl = self.cl
+        local = min(64, self.device.max_threads_per_block)
+        glob = local * self.device.compute_units * 8
+        out = cl.Buffer(self.context, cl.mem_flags.WRITE_ONLY, glob * 4 * _FMA_LANES)
+        knl = cl.Kernel(cl.Program(self.context, _FMA_SRC).build(), "ktune_fma")
+
+        def run(iters: int) -> float:
+            knl.set_args(out, np.float32(0.999), np.float32(1e-3), np.int32(iters))
+            ev = cl.enqueue_nd_range_kernel(self.queue, knl, (glob,), (local,))
+            ev.wait()
+            return float(ev.profile.end - ev.profile.start) * 1e-9
+
+        rate = multiply_add_rate(run, glob * FMA_CHAINS * _FMA_LANES * 2, min_s=5e-3)
+        out.release()
+        return rate
 
     def release(self) -> None:
         """Nothing to give back: PyOpenCL frees a buffer as soon as its last array goes."""

@@ -137,6 +137,33 @@ class Tolerance:
     atol: float
     rtol: float
 
+    def scaled(self, terms: int) -> Tolerance:
+        """This tolerance for outputs that each sum ``terms`` products (a dot product, a convolution's
+        window, a GEMM's inner dimension): every limit times sqrt(terms). The rounding errors of a sum
+        of terms of either sign grow like the square root of its length (the usual model; the worst
+        case grows linearly), and at the default fp32 limits one output of 289 products in 65,536 fails
+        on rounding alone."""
+        if terms < 1:
+            raise KtuneError(f"Tolerance.scaled({terms}): a reduction has at least one term",
+                             hint="pass the number of products each output sums")
+        k = math.sqrt(terms)
+        return Tolerance(norm=self.norm * k, atol=self.atol * k, rtol=self.rtol * k)
+
+    @classmethod
+    def for_sum(cls, terms: int, dtype: Any = "float32") -> Tolerance:
+        """The default tolerance of ``dtype`` scaled for outputs that each sum ``terms`` products:
+        ``tolerance=lambda f: ktune.Tolerance.for_sum(f.size)`` for a convolution with filter ``f``."""
+        name = as_dtype(dtype).name
+        if name not in DEFAULT_TOLERANCES:
+            raise KtuneError(f"no default tolerance for {name} to scale",
+                             hint=f"scale one of your own: ktune.Tolerance(norm, atol, rtol).scaled({terms})")
+        return DEFAULT_TOLERANCES[name].scaled(terms)
+
+
+#: What ``tolerance=`` may be, for a target (also a function of the case's arguments returning one
+#: of the others) or a case: one Tolerance, or one per dtype name.
+ToleranceSpec = Tolerance | Mapping[str, Tolerance]
+
 
 DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
     "float16": Tolerance(norm=2e-3, atol=1e-2, rtol=1e-2),
@@ -153,7 +180,7 @@ DEFAULT_TOLERANCES: Mapping[str, Tolerance] = {
 _EXACT = Tolerance(norm=0.0, atol=0.0, rtol=0.0)
 
 
-def tolerance_for(dtype: np.dtype[Any], override: Tolerance | Mapping[str, Tolerance] | None) -> Tolerance:
+def tolerance_for(dtype: np.dtype[Any], override: ToleranceSpec | None) -> Tolerance:
     name = as_dtype(dtype).name
     if isinstance(override, Tolerance):
         return override
@@ -172,20 +199,27 @@ class Case:
     ``id`` names the case in test ids; ``warm_cache=True`` skips the L2 flush
     (for kernels that in production read data a previous kernel just wrote);
     ``backends`` limits the case to some backends (e.g. very large shapes to
-    ``("cuda",)``).
+    ``("cuda",)``); ``tolerance`` replaces the target's for this case (a ``Tolerance``, or one per
+    dtype name).
     """
 
     args: Mapping[str, Any]
     id: str | None = None
     warm_cache: bool = False
     backends: tuple[str, ...] | None = None
+    tolerance: ToleranceSpec | None = None
 
     def __init__(self, *, id: str | None = None, warm_cache: bool = False,
-                 backends: Sequence[str] | None = None, **args: Any) -> None:
+                 backends: Sequence[str] | None = None, tolerance: ToleranceSpec | None = None,
+                 **args: Any) -> None:
+        if tolerance is not None and not isinstance(tolerance, (Tolerance, Mapping)):
+            raise KtuneError(f"Case(tolerance=...) is a {type(tolerance).__name__}",
+                             hint="give a ktune.Tolerance, or a dict of them by dtype name")
         object.__setattr__(self, "args", dict(args))
         object.__setattr__(self, "id", id)
         object.__setattr__(self, "warm_cache", warm_cache)
         object.__setattr__(self, "backends", tuple(backends) if backends else None)
+        object.__setattr__(self, "tolerance", tolerance)
 
     @property
     def tensors(self) -> dict[str, Tensor]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ktune.core.case import Tolerance
+from pytest_ktune.core.case import Tolerance, ToleranceSpec, tolerance_for
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,21 @@ def _compare(out: np.ndarray, ref: np.ndarray, index: int, tol: Tolerance) -> Co
         worst_expected=float(r.flat[flat]) if r.size else float("nan"),
         mismatched=int(bad.sum()), ok=not bad.any() and rel <= tol_norm,
     )
+
+
+def assert_close(out: Any, ref: Any, tolerance: ToleranceSpec | None = None) -> None:
+    """Raise AssertionError unless ``out`` agrees with ``ref`` as ktune judges a kernel's outputs (both
+    tests of ``Tolerance``; the dtype's default where ``tolerance`` is None): for ``check=`` functions
+    that compare what they computed from the outputs, e.g. ``assert_close(np.sort(out), np.sort(ref))``."""
+    o, r = np.asarray(out), np.asarray(ref)
+    if o.shape != r.shape:
+        raise AssertionError(f"shape {o.shape} differs from the reference's {r.shape}")
+    tol = tolerance_for(o.dtype, tolerance)
+    c = compare_one(o, r, 0, tol)
+    if not c.ok:
+        raise AssertionError(f"{c.mismatched} of {o.size} elements out of tolerance; relative norm {c.rel_norm:.3g} "
+                             f"(limit {tol.norm:g}); worst at index {c.worst_index}: got {c.worst_value!r}, "
+                             f"expected {c.worst_expected!r} (atol {tol.atol:g}, rtol {tol.rtol:g})")
 
 
 #: Array kinds ``device_close`` judges (bool, integers, floats); others are compared on the host,

@@ -9,16 +9,19 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pytest_ktune.core.case import Case, Tolerance
+from pytest_ktune.core.case import Case, Tolerance, ToleranceSpec
 from pytest_ktune.core.dtypes import is_bfloat16
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.includes import deps_hash, include_closure, read_local, source_hash
+from pytest_ktune.core.sources import SUFFIXES, Source
 from pytest_ktune.core.space import Config, Space, Value
 from pytest_ktune.core.threshold import Threshold
+from pytest_ktune.core.variants import BackendSpace, resolve
+from pytest_ktune.core.words import VECTOR_NAME
 
 BACKENDS = ("cuda", "opencl")
 
@@ -38,6 +41,8 @@ class Target:
 
     Made by ``@ktune.target``; calling it runs the kernel with the parameters
     recorded for this device and key, or the default where none is recorded.
+    ``space`` and ``default`` are the shared ones; ``for_backend`` gives the target as it runs on one
+    backend, with its ``per_backend`` changes applied.
     """
 
     name: str
@@ -51,7 +56,7 @@ class Target:
     file: Path
     module: str
     kernel_name: str
-    tolerance: Tolerance | Mapping[str, Tolerance] | None = None
+    tolerance: ToleranceSpec | Callable[..., ToleranceSpec] | None = None
     bytes_moved: Callable[..., int] | None = None
     flops: Callable[..., int] | None = None
     defines_fn: Callable[..., Mapping[str, Value]] | None = None
@@ -62,7 +67,14 @@ class Target:
     # The array arguments the function takes with any strides (it passes them to the kernel); every other
     # array argument of a production call must be C-contiguous.
     strided: tuple[str, ...] = ()
+    check_fn: Callable[[Any, Any], Any] | None = None  # check=: judges the outputs against the reference's
+    postprocess_fn: Callable[..., Any] | None = None  # postprocess=: run on the device before the comparison
+    per_backend: Mapping[str, BackendSpace] = field(default_factory=dict)
+    texts: Mapping[str, str] = field(default_factory=dict)  # the in-memory sources (ktune.Source), by backend
+    resolved_for: str | None = None  # the backend whose per_backend changes ``space`` and ``default`` hold
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+    _declared: Target | None = field(default=None, repr=False, compare=False)
+    _views: dict[str, Target] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def where(self) -> str:
@@ -77,6 +89,8 @@ class Target:
 
     def source_text(self, backend: str) -> str:
         path = self.source_path(backend)
+        if backend in self.texts:
+            return self.texts[backend]
         try:
             return path.read_text()
         except OSError as exc:
@@ -86,6 +100,33 @@ class Target:
 
     def source_hash(self, backend: str) -> str:
         return source_hash(self.source_text(backend))
+
+    def in_memory(self, backend: str) -> bool:
+        """Whether the backend's source is held in Python (``ktune.Source``) rather than read from a file."""
+        return backend in self.texts
+
+    # -- backends --------------------------------------------------------
+    def for_backend(self, backend: str) -> Target:
+        """This target as it runs on ``backend``: its ``per_backend`` space and default applied (the
+        target itself where it declares none for that backend)."""
+        base = self._declared or self
+        if self.resolved_for == backend:
+            return self
+        if backend not in base.per_backend:
+            return base
+        view = base._views.get(backend)
+        if view is None:
+            space, default = resolve(base.space, base.default, base.per_backend[backend], where=base.where,
+                                     backend=backend)
+            view = replace(base, space=space, default=default, resolved_for=backend, _declared=base, _views={})
+            base._views[backend] = view
+        return view
+
+    def carry_over(self, params: Mapping[str, Value]) -> dict[str, Value]:
+        """Parameters recorded with another space (another backend's, or an older one) as a point of
+        this one where they can be: the values of the parameters this space has, this default for the
+        others; parameters it does not have are left out."""
+        return {n: params[n] if n in params else self.default[n] for n in self.space.params}
 
     def _includes(self, backend: str) -> dict[Path, str]:
         return include_closure(self.source_path(backend), self.source_text(backend), read_local)
@@ -125,9 +166,9 @@ class Target:
 
     def vector_params(self) -> list[str]:
         """The parameters that set a vector width in elements: as declared, else those named like one
-        (``VECTOR_NAME``: VEC, VECTOR, WIDTH, PACK)."""
+        (``core.words.VECTOR_NAME``: VEC, VECTOR or PACK as a word of the name, or WIDTH alone)."""
         if self.vectors is not None:
-            return list(self.vectors)
+            return [n for n in self.vectors if n in self.space.params]
         return [n for n in self.space.params if VECTOR_NAME.search(n)]
 
     def work_for(self, bound: Mapping[str, Any]) -> int | None:
@@ -150,6 +191,19 @@ class Target:
 
     def case_id(self, case: Case) -> str:
         return case.id or _auto_case_id(case, self.case_key(case))
+
+    def tolerance_of(self, case: Case) -> ToleranceSpec | None:
+        """The tolerance the case's outputs are checked with: the case's own, else the target's (a
+        function of the case's arguments called with them)."""
+        if case.tolerance is not None:
+            return case.tolerance
+        spec = self.tolerance
+        if callable(spec):
+            spec = _call_with(spec, self.case_args(case), self.where, "tolerance")
+            if not isinstance(spec, (Tolerance, Mapping)):
+                raise KtuneError(f"the tolerance function returned a {type(spec).__name__}", where=self.where,
+                                 hint="return a ktune.Tolerance, or a dict of them by dtype name")
+        return spec
 
     def check_config(self, config: Config, key: Mapping[str, Any], what: str) -> None:
         """Raise a SpaceError if ``config`` is not a valid point for ``key``."""
@@ -198,22 +252,83 @@ def registered() -> dict[str, Target]:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-VECTOR_NAME = re.compile(r"VEC|WIDTH|PACK", re.I)  # a parameter named like a vector width (VECTOR too)
-
-
 T = TypeVar("T", bound="Target")
+
+
+def _sources(sources: Mapping[str, str | Path | Source], file: Path, tname: str,
+             where: str) -> tuple[dict[str, Path], dict[str, str]]:
+    """The sources' paths (relative ones against the target's folder) and the in-memory texts."""
+    unknown_backends = sorted(set(sources) - set(BACKENDS))
+    if unknown_backends or not sources:
+        raise KtuneError(f"sources= names unknown backends {unknown_backends}" if unknown_backends
+                         else "sources= is empty", where=where,
+                         hint=f"use the backends {', '.join(BACKENDS)}")
+    paths: dict[str, Path] = {}
+    texts: dict[str, str] = {}
+    for b, src in sources.items():
+        if isinstance(src, Source):
+            paths[b] = (file.parent / (src.name or f"{tname}{SUFFIXES[b]}")).resolve()
+            texts[b] = src.text
+        elif isinstance(src, (str, Path)):
+            paths[b] = (file.parent / src).resolve()
+        else:
+            raise KtuneError(f"sources[{b!r}] is a {type(src).__name__}", where=where,
+                             hint="give a path (relative to this file), or ktune.Source(text, name=...)")
+    return paths, texts
+
+
+def _check_params(space: Space, default: Mapping[str, Value], where: str, on: str = "") -> None:
+    missing = sorted(set(space.names) - set(default))
+    extra = sorted(set(default) - set(space.names))
+    if missing or extra:
+        raise SpaceError(
+            f"default= {dict(default)} does not match the space's parameters{on} "
+            f"({', '.join(space.names)})" + (f": missing {missing}" if missing else "")
+            + (f": unknown {extra}" if extra else ""), where=where,
+            hint="give default= one value for each parameter of the Space")
+    for p in space.names:
+        if not _IDENT.match(p):
+            raise SpaceError(f"parameter name {p!r} is not a valid C identifier", where=where,
+                             hint="parameters become -D macros; use names like BLOCK")
+
+
+def _check_vectors(vectors: Sequence[str], spaces: Sequence[Space], where: str) -> None:
+    if isinstance(vectors, str):
+        raise SpaceError(f"vectors={vectors!r} is a string", where=where,
+                         hint=f"give a list of parameter names: vectors=[{vectors!r}]")
+    for v in vectors:
+        holding = [sp for sp in spaces if v in sp.params]
+        if not holding:
+            raise SpaceError(f"vectors= names {v!r}, which is not a parameter of the space "
+                             f"({', '.join(spaces[0].names)})", where=where,
+                             hint="list the parameters that set how many elements a thread loads at once")
+        bad = [x for sp in holding for x in sp.params[v] if isinstance(x, bool) or not isinstance(x, int) or x < 1]
+        if bad:
+            raise SpaceError(f"vectors= names {v!r}, whose values {bad} are not element counts",
+                             where=where, hint="a vector width is a whole number of elements, 1 or more")
+
+
+def _check_per_backend(per_backend: Mapping[str, BackendSpace], sources: Mapping[str, Path], where: str) -> None:
+    for b, variant in per_backend.items():
+        if b not in sources:
+            raise SpaceError(f"per_backend= names {b!r}, which has no source in sources=", where=where,
+                             hint=f"name only the backends of sources= ({', '.join(sources)})")
+        if not isinstance(variant, BackendSpace):
+            raise SpaceError(f"per_backend[{b!r}] is a {type(variant).__name__}", where=where,
+                             hint="write per_backend={'cuda': ktune.BackendSpace(NAME=[...], drop=[...], "
+                                  "default={...})}")
 
 
 def declare(
     cls: type[T],
     *,
-    sources: Mapping[str, str | Path],
+    sources: Mapping[str, str | Path | Source],
     space: Space,
     default: Mapping[str, Value],
     key: Callable[..., Mapping[str, Any]],
     cases: Sequence[Case],
     reference: Callable[..., Any],
-    tolerance: Tolerance | Mapping[str, Tolerance] | None = None,
+    tolerance: ToleranceSpec | Callable[..., ToleranceSpec] | None = None,
     bytes_moved: Callable[..., int] | None = None,
     flops: Callable[..., int] | None = None,
     defines: Callable[..., Mapping[str, Value]] | None = None,
@@ -223,15 +338,19 @@ def declare(
     work: Callable[..., int] | None = None,
     threshold: str | None = None,
     strided: Sequence[str] = (),
+    check: Callable[[Any, Any], Any] | None = None,
+    postprocess: Callable[..., Any] | None = None,
+    per_backend: Mapping[str, BackendSpace] | None = None,
 ) -> Callable[[Callable[..., Any]], T]:
     """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
 
     The decorated function takes a ``kernel`` handle first (``kernel.params``,
     ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
-    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files; the
-    space's parameters (and ``defines``) reach the source as ``-D`` macros. ``threshold``
-    (``"median:10%"``) replaces the run's regression threshold for this target's performance items.
-    ``strided`` names the array arguments the function takes with any strides.
+    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files (or ``ktune.Source`` texts); the
+    space's parameters (and ``defines``) reach the source as ``-D`` macros; ``per_backend`` says what
+    a backend changes in the shared space and default. ``threshold`` (``"median:10%"``) replaces the
+    run's regression threshold for this target's performance items. ``strided`` names the array
+    arguments the function takes with any strides.
     """
 
     def wrap(fn: Callable[..., Any]) -> T:
@@ -245,37 +364,13 @@ def declare(
         if not isinstance(space, Space):
             raise SpaceError("space= must be a ktune.Space", where=where,
                              hint="write space=ktune.Space(BLOCK=[...], ...)")
-        unknown_backends = sorted(set(sources) - set(BACKENDS))
-        if unknown_backends or not sources:
-            raise KtuneError(f"sources= names unknown backends {unknown_backends}" if unknown_backends
-                             else "sources= is empty", where=where,
-                             hint=f"use the backends {', '.join(BACKENDS)}")
-        resolved = {b: (file.parent / p).resolve() for b, p in sources.items()}
-        missing = sorted(set(space.names) - set(default))
-        extra = sorted(set(default) - set(space.names))
-        if missing or extra:
-            raise SpaceError(
-                f"default= {dict(default)} does not match the space's parameters "
-                f"({', '.join(space.names)})" + (f": missing {missing}" if missing else "")
-                + (f": unknown {extra}" if extra else ""), where=where,
-                hint="give default= one value for each parameter of the Space")
-        for p in space.names:
-            if not _IDENT.match(p):
-                raise SpaceError(f"parameter name {p!r} is not a valid C identifier", where=where,
-                                 hint="parameters become -D macros; use names like BLOCK")
-        if vectors is not None:
-            if isinstance(vectors, str):
-                raise SpaceError(f"vectors={vectors!r} is a string", where=where,
-                                 hint=f"give a list of parameter names: vectors=[{vectors!r}]")
-            for v in vectors:
-                if v not in space.params:
-                    raise SpaceError(f"vectors= names {v!r}, which is not a parameter of the space "
-                                     f"({', '.join(space.names)})", where=where,
-                                     hint="list the parameters that set how many elements a thread loads at once")
-                bad = [x for x in space.params[v] if isinstance(x, bool) or not isinstance(x, int) or x < 1]
-                if bad:
-                    raise SpaceError(f"vectors= names {v!r}, whose values {bad} are not element counts",
-                                     where=where, hint="a vector width is a whole number of elements, 1 or more")
+        resolved, texts = _sources(sources, file, tname, where)
+        _check_params(space, default, where)
+        _check_per_backend(per_backend or {}, resolved, where)
+        for what, f in (("check", check), ("postprocess", postprocess)):
+            if f is not None and not callable(f):
+                raise KtuneError(f"{what}= is not a function", where=where,
+                                 hint=f"give {what}= a function (see the guide's Correctness section)")
         own_threshold = None
         if threshold is not None:
             try:
@@ -301,9 +396,15 @@ def declare(
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
             vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
-            strided=tuple(strided),
-            _signature=call_sig,
+            strided=tuple(strided), check_fn=check, postprocess_fn=postprocess, per_backend=dict(per_backend or {}),
+            texts=texts, _signature=call_sig,
         )
+        views = [t.for_backend(b) for b in resolved]  # a per-backend space that does not fit fails here
+        for v in views:
+            if v is not t:
+                _check_params(v.space, v.default, where, on=f" on {v.resolved_for}")
+        if vectors is not None:
+            _check_vectors(vectors, [t.space, *(v.space for v in views if v is not t)], where)
         for c in t.cases:
             try:
                 call_sig.bind(**c.args)

@@ -50,6 +50,28 @@ class PerfResult:
     params: Mapping[str, Value] = field(default_factory=dict)
     measurement: Measurement | None = None
     failure: str = ""  # a confirmed (or unconfirmable) regression: the message the item fails with
+    rate: Rate | None = None  # GFLOP/s and the roofline, where the target declares flops=
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A case's arithmetic rate, from ``flops=``: GFLOP/s, the fraction of the device's float32
+    multiply-add peak (measured in the same run), and where it sits on the roofline."""
+
+    gflops: float
+    peak_fraction: float | None  # None where the backend cannot measure its peak
+    intensity: float | None  # FLOP per byte moved; None without bytes_moved=
+    bound: str | None  # "memory" or "compute": which side of the ridge (peak / copy bandwidth) it is on
+
+    @classmethod
+    def of(cls, flops: int, seconds: float, bytes_moved: int | None, peak: float | None,
+           bandwidth: float | None) -> Rate:
+        intensity = flops / bytes_moved if bytes_moved else None
+        bound = None
+        if intensity is not None and peak and bandwidth:
+            bound = "compute" if intensity >= peak / bandwidth else "memory"
+        return cls(gflops=flops / seconds / 1e9, peak_fraction=flops / seconds / peak if peak else None,
+                   intensity=intensity, bound=bound)
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,7 @@ class Row:
     target_id: str = ""
     params: Mapping[str, Value] = field(default_factory=dict)
     measurement: Measurement | None = None
+    rate: Rate | None = None
 
     def result(self, *, verdict: str, note: str = "", baseline_us: float | None = None,
                ratio: float | None = None, failure: str = "") -> PerfResult:
@@ -76,7 +99,7 @@ class Row:
                           baseline_us=self.baseline_us if baseline_us is None else baseline_us,
                           ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note,
                           target_id=self.target_id, params=self.params, measurement=self.measurement,
-                          failure=failure)
+                          failure=failure, rate=self.rate)
 
 
 class Regression(Exception):
@@ -135,13 +158,17 @@ class Gate:
     def time(self, item: Item, params: Mapping[str, Value]) -> Row:
         """Verify and time the case with ``params``: a summary row without a verdict yet."""
         m = self.measurer.time(self.case_ref(item), params)
-        bytes_moved = item.target.bytes_for(item.target.case_args(item.target.cases[item.case_index]))
+        args = item.target.case_args(item.target.cases[item.case_index])
+        bytes_moved = item.target.bytes_for(args)
         gbps = bytes_moved / m.median / 1e9 if bytes_moved else None
-        frac = gbps * 1e9 / self.measurer.copy_bandwidth() if gbps else None
+        bandwidth = self.measurer.copy_bandwidth() if bytes_moved else None
+        frac = gbps * 1e9 / bandwidth if gbps and bandwidth else None
+        flops = item.target.flops_for(args)
+        rate = Rate.of(flops, m.median, bytes_moved, self.measurer.peak_flops(), bandwidth) if flops else None
         device = self.measurer.device()
         return Row(target=item.target.name, case=item.case_id, backend=device.backend, device=device.name,
                    time_us=m.median * 1e6, gbps=gbps, copy_fraction=frac, target_id=item.target_id,
-                   params=dict(params), measurement=m)
+                   params=dict(params), measurement=m, rate=rate)
 
     def threshold_for(self, item: Item) -> Threshold:
         """The target's own threshold where it declares one, else the run's."""
@@ -223,6 +250,10 @@ class Gate:
         root, commit = self.settings.root, base.commit
         path = target.source_path(backend)
         text = target.source_text(backend)
+        if not same_file and target.in_memory(backend):
+            raise _Unconfirmed("old source not in git",
+                               f"The source is a ktune.Source held in Python ({target.file.name}) and changed since "
+                               "the baseline; git holds files, not the texts a program makes")
         if not same_file:
             old = git.file_at(root, commit, path) if commit else None
             if old is None or source_hash(old) != base.source_hash:

@@ -18,7 +18,7 @@ from typing import Any
 from pytest_ktune import backends
 from pytest_ktune.core.discover import discover, select
 from pytest_ktune.core.errors import KtuneError, SpaceError
-from pytest_ktune.core.keys import cases_by_key, key_label, key_string
+from pytest_ktune.core.keys import cases_by_key, key_label, key_matches, key_string
 from pytest_ktune.core.store import now_utc, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.version import __version__
@@ -51,7 +51,7 @@ def choose_keys(target: Target, backend: str, wanted: Sequence[Mapping[str, Any]
     if wanted:
         out = []
         for want in wanted:
-            hit = next(((k, idx) for k, idx in by_key.values() if _matches(k, want)), None)
+            hit = next(((k, idx) for k, idx in by_key.values() if key_matches(k, want)), None)
             if hit is None:
 
                 known = "; ".join(key_string(k) for k, _ in by_key.values()) or "none"
@@ -76,14 +76,11 @@ def choose_keys(target: Target, backend: str, wanted: Sequence[Mapping[str, Any]
     return ordered[:1] + ordered[1:][-1:]
 
 
-def _matches(key: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    return all(k in key and str(key[k]) == str(v) for k, v in want.items())
-
-
 def record_landscape(root: Path, target: Target, backend: str, key: Mapping[str, Any], cases: Sequence[int], *,
                      settings: RecordSettings, progress: bool = True) -> Landscape:
-    """Time every feasible point of ``target`` for ``key`` and return the landscape."""
+    """Time every feasible point of ``target`` (its space on ``backend``) for ``key`` and return the landscape."""
 
+    target = target.for_backend(backend)
     feasible = list(target.space.feasible(key))
     if not feasible:
         raise SpaceError(f"the space has no valid point for key {key_string(key)}", where=target.where,
@@ -140,7 +137,7 @@ def run_redo(root: Path, files: Sequence[Path], backend: str, *, out: Path | Non
             raise KtuneError(f"{path} was recorded on {land.backend}; this run records on {backend}",
                              hint=f"pass --backend {land.backend}")
         try:
-            land.check_for(target.source_hash(backend), space_of(target), what=target.name)
+            land.check_for(target.source_hash(backend), space_of(target.for_backend(backend)), what=target.name)
             fresh = True
         except LandscapeError:
             fresh = False
@@ -174,18 +171,6 @@ def default_name(target: Target, key: Mapping[str, Any], device_name: str) -> st
 
     raw = f"{target.name}-{key_label(key)}-{device_name}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw) + ".json.gz"
-
-
-def parse_key(items: Sequence[str]) -> dict[str, str]:
-    """``["T=64", "H=4096"]`` -> ``{"T": "64", "H": "4096"}`` (matched to a case's key as text)."""
-
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name.strip():
-            raise KtuneError(f"--key {item!r} is not NAME=VALUE", hint="e.g. --key T=64 --key dtype=float16")
-        out[name.strip()] = value.strip()
-    return out
 
 
 def parse_bytes(text: str) -> int:

@@ -129,6 +129,7 @@ def check_landscape(target: Target, land: Landscape) -> None:
     if land.backend not in target.sources:
         raise LandscapeError(f"{target.name} has no {land.backend} source, which the landscape was recorded with",
                              where=land.where, hint="replay it in the project it was recorded in")
+    target = target.for_backend(land.backend)
     land.check_for(target.source_hash(land.backend), space_of(target), what=target.name)
     have = land.lookup()
     missing = [p for p in target.space.feasible(land.key) if config_key(p) not in have]

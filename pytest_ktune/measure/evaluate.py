@@ -18,8 +18,8 @@ from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.measure.bench import BenchConfig, calls_per_sample, rotation_for, should_flush
 from pytest_ktune.measure.fixture import Fixture, FixtureCache, Job, device_outputs, fixture_for
 from pytest_ktune.measure.guards import Guards
-from pytest_ktune.measure.runtime import run, to_host_tree
-from pytest_ktune.measure.verify import as_outputs, check_outputs, check_structure
+from pytest_ktune.measure.runtime import postprocess, run, to_host_tree
+from pytest_ktune.measure.verify import as_outputs, check_outputs, check_structure, run_check
 
 __all__ = ["Fixture", "FixtureCache", "Job", "passes_on_device", "timing_sets", "verify_once"]
 
@@ -40,10 +40,11 @@ def passes_on_device(job: Job, result: Any, fixture: Fixture) -> bool:
     if outs is None:
         return False
     check_structure(job.target, job.case_id, outs, fixture.expected)
+    spec = job.tolerance
     try:
         refs = fixture.reference_on_device(backend)
         for o, r in zip(outs, refs, strict=True):
-            tol = tolerance_for(np.dtype(o.dtype), job.target.tolerance)
+            tol = tolerance_for(np.dtype(o.dtype), spec)
             if compare_on_device(backend, o, r, tol) is not True:
                 return False
     except Exception:  # any trouble on the device: the host path decides, and reports
@@ -80,18 +81,24 @@ def _verify(job: Job, params: Mapping[str, Value], fixture: Fixture, *, repro: s
         _, launches = run(job.backend, job.target, params, fixture.fresh(job.backend), source=source)
         return launches
     guards = Guards.for_backend(job.backend)
-    bound = fixture.fresh(job.backend) if guards is None else fixture.guarded(job.backend, guards)
-    result, launches = run(job.backend, job.target, params, bound, poison=True, source=source,
+    inputs = fixture.fresh(job.backend) if guards is None else fixture.guarded(job.backend, guards)
+    result, launches = run(job.backend, job.target, params, inputs, poison=True, source=source,
                            alloc=guards.output if guards is not None else None)
+    if job.target.postprocess_fn is not None:
+        result = postprocess(job.backend, job.target, params, inputs, result, source=source)
     job.backend.synchronize()
     if guards is not None:
         guards.check(job.case_id, job.target.where)
-    if not passes_on_device(job, result, fixture):
+    repro = repro or f"the inputs were drawn from seed {fixture.seed}"
+    if job.target.check_fn is not None:  # check= judges the outputs, on the host
+        run_check(job.target, job.case_id, to_host_tree(job.backend, result), _host_expected(job, fixture),
+                  seed=fixture.seed, backend=job.backend.name, repro=repro)
+    elif not passes_on_device(job, result, fixture):
         got = to_host_tree(job.backend, result)
         expected = _host_expected(job, fixture)
         if not _close_on_host(job, got, expected):
             check_outputs(job.target, job.case_id, got, expected, seed=fixture.seed, backend=job.backend.name,
-                          repro=repro or f"the inputs were drawn from seed {fixture.seed}")
+                          repro=repro, tolerance=job.tolerance)
     fixture.verified.add(done)
     return launches
 
@@ -101,8 +108,8 @@ def _close_on_host(job: Job, got: Any, expected: list[np.ndarray]) -> bool:
     element and counts a failure's message needs, and so in fewer passes over the arrays)."""
     outs = as_outputs(got)
     check_structure(job.target, job.case_id, outs, expected)
-    return all(device_close(np, o, r, tolerance_for(o.dtype, job.target.tolerance))
-               for o, r in zip(outs, expected, strict=True))
+    spec = job.tolerance
+    return all(device_close(np, o, r, tolerance_for(o.dtype, spec)) for o, r in zip(outs, expected, strict=True))
 
 
 def timing_sets(job: Job, params: Mapping[str, Value], seed: int, *, repro: str = "",

@@ -15,12 +15,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend, Dim, KernelFunction, Program, as_dim
+from pytest_ktune.backends.base import Backend, Dim, KernelFunction, Program, SharedMemoryFunction
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.paramsfile import ParamsFile, reload_all, watch
@@ -40,8 +40,8 @@ class ProductionKernel(Kernel):
     """
 
     def __init__(self, backend: Backend, program: Program, params: Mapping[str, Value], default_name: str,
-                 route: Route) -> None:
-        super().__init__(backend, program, dict(params), default_name)
+                 route: Route, *, where: str = "") -> None:
+        super().__init__(backend, program, dict(params), default_name, where=where)
         self._route = route
         self._fn = program.function(default_name)
         self.launches = 0
@@ -52,16 +52,16 @@ class ProductionKernel(Kernel):
     def empty_like(self, a: Any) -> Any:
         return self._route.empty(a.shape, a.dtype)
 
-    def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None) -> None:
-        g: tuple[int, ...]
-        b: tuple[int, ...]
-        if type(grid) is int and type(block) is int and grid > 0 and block > 0:
-            g, b = (grid,), (block,)
-        else:
-            g, b = as_dim(grid), as_dim(block)
-            if len(g) != len(b) or min(g) <= 0 or min(b) <= 0:
-                super().launch(g, b, ())  # raises the handle's own error for this grid and block
-        self._route.launch(self._fn if name is None else self.program.function(name), g, b, args)
+    def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None,
+               shared: int | Callable[[Mapping[str, Value]], int] = 0) -> None:
+        fn = self._fn if name is None else self.program.function(name)
+        if type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
+            self._route.launch(fn, (grid,), (block,), args)
+        else:  # another rank, or dynamic shared memory: checked as the handle of checks does
+            g, b, nbytes = self.launch_shape(grid, block, shared)
+            if nbytes:
+                self.shared_function(fn)
+            self._route.launch(fn, g, b, args, nbytes)
         self.launches += 1
 
 
@@ -105,8 +105,12 @@ class NativeRoute:
         return self.backend.empty(shape, dtype)
 
     @staticmethod
-    def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-        fn.launch(grid, block, args)
+    def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+               shared: int = 0) -> None:
+        if shared:
+            cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
+        else:
+            fn.launch(grid, block, args)
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
@@ -196,12 +200,13 @@ class CallPlan:
                  pf: ParamsFile) -> Entry:
         with self._lock:
             generation = pf.generation
+            target = self.target.for_backend(route.backend.name)  # its per_backend space and default
             record = pf.find(self._target_id, route.backend.device.id, key)
-            params = dict(record.params) if record is not None else dict(self.target.default)
-            self.target.check_config(params, key, "recorded configuration" if record else "default")
+            params = dict(record.params) if record is not None else dict(target.default)
+            target.check_config(params, key, "recorded configuration" if record else "default")
             try:
-                program = compile_target(route.backend, self.target, params, defines)
-                kernel = ProductionKernel(route.backend, program, params, self.target.kernel_name, route)
+                program = compile_target(route.backend, target, params, defines)
+                kernel = ProductionKernel(route.backend, program, params, target.kernel_name, route, where=target.where)
             except (CompileError, LaunchError) as exc:
                 raise self._named(exc) from None
             old = self._entries.get(ck)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pytest_ktune.backends.base import Backend, device_inputs, has_device_comparison
-from pytest_ktune.core.case import Case, Tensor
+from pytest_ktune.core.case import Case, Tensor, ToleranceSpec
 from pytest_ktune.core.dtypes import dtype_family
 from pytest_ktune.core.reference import is_array_api
 from pytest_ktune.core.target import Target
@@ -40,7 +40,14 @@ class Job:
 
     @classmethod
     def of(cls, backend: Backend, target: Target, case: Case) -> Job:
+        """The job of ``case``, with the target as it runs on ``backend`` (its per-backend space)."""
+        target = target.for_backend(backend.name)
         return cls(backend, target, case, target.case_id(case), target.case_key(case))
+
+    @property
+    def tolerance(self) -> ToleranceSpec | None:
+        """The tolerance this case's outputs are checked with."""
+        return self.target.tolerance_of(self.case)
 
 
 @dataclass

@@ -41,7 +41,9 @@ class Route(Protocol):
         """A new output array, of this route's kind."""
         ...
 
-    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+               shared: int = 0) -> None:
+        """Launch ``fn`` (with ``shared`` bytes of dynamic shared memory per block)."""
         ...
 
     def finish(self, result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:

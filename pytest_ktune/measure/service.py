@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, peak_flops
 from pytest_ktune.core import errors
-from pytest_ktune.core.errors import BackendUnavailable, KtuneError, LaunchError, LimitError
+from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure import compiler_output
 from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab
 from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets, verify_once
 from pytest_ktune.measure.process import ChildProcess, ChildStartError, ignore_interrupts
@@ -56,6 +57,8 @@ class Measurer(Protocol):
 
     def copy_bandwidth(self) -> float: ...
 
+    def peak_flops(self) -> float | None: ...
+
     def check(self, case: CaseRef, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> list[str]: ...
 
     def time(self, case: CaseRef, params: Mapping[str, Value]) -> Measurement: ...
@@ -77,6 +80,7 @@ class MeasureService:
         self._child = ChildProcess(_service_main, (spec,), name="ktune-measure", start_timeout_s=start_timeout_s)
         self._device: DeviceInfo | None = None
         self._bandwidth: float | None = None
+        self._peak: tuple[float | None] | None = None
         self.crashes = 0
 
     def device(self) -> DeviceInfo:
@@ -116,6 +120,22 @@ class MeasureService:
         if self._bandwidth is None:
             self._bandwidth = float(self._ask("measuring the copy bandwidth", ("bandwidth",)))
         return self._bandwidth
+
+    def peak_flops(self) -> float | None:
+        """The device's float32 multiply-add throughput (FLOP/s), measured once; None where the backend
+        cannot measure it."""
+        if self._peak is None:
+            value = self._ask("measuring the multiply-add throughput", ("peak",))
+            self._peak = (None if value is None else float(value),)
+        return self._peak[0]
+
+    def compiler_output(self) -> dict[str, list[str]]:
+        """The compiler's messages so far, by target (those of a process that crashed are lost); none
+        where no measurement process runs."""
+        if not self._child.alive:
+            return {}
+        out: dict[str, list[str]] = self._ask("reading the compiler's output", ("compiler_output",))
+        return out
 
     def check(self, case: CaseRef, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> list[str]:
         notes: list[str] = self._ask(_what("checking", case), ("check", case, [(lbl, dict(c)) for lbl, c in configs]))
@@ -196,6 +216,7 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
     """The measurement process's loop: one request at a time; a failed launch ends the process, since
     it can leave the device's context unusable (the parent starts a fresh one for the next item)."""
     ignore_interrupts()
+    compiler_output.OUTPUT.echo = None  # the session shows them (in its summary, or with a failure)
     try:
         service = _Service(spec)
     except KtuneError as exc:
@@ -217,6 +238,10 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
         try:
             if kind == "bandwidth":
                 answer: Any = service.backend.copy_bandwidth()
+            elif kind == "peak":
+                answer = peak_flops(service.backend)
+            elif kind == "compiler_output":
+                answer = compiler_output.OUTPUT.all()
             elif kind == "check":
                 answer = service.check(*args)
             elif kind == "time":
@@ -226,7 +251,10 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
         except KtuneError as exc:
             # A failed launch can leave the device's context unusable; a device limit is checked before.
             fatal = isinstance(exc, LaunchError) and not isinstance(exc, LimitError)
-            conn.send(("error", type(exc).__name__, exc.message, exc.where or where, exc.hint, fatal))
+            # A compile error carries the compiler's log already; any other failure gets its warnings.
+            message = exc.message if isinstance(exc, CompileError) or not where else \
+                compiler_output.with_warnings(exc.message, where)
+            conn.send(("error", type(exc).__name__, message, exc.where or where, exc.hint, fatal))
             if fatal:
                 return
             continue

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
 from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
 
@@ -173,12 +173,16 @@ class TorchCudaRoute:
             pair = self._dtypes[dtype] = _pair(dtype)
         return TorchArray(torch.empty(shape, dtype=pair[1], device=self.device), pair[0])
 
-    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
+    def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+               shared: int = 0) -> None:
         launch_on_stream = getattr(fn, "launch_on_stream", None)
         if launch_on_stream is None:
             raise KtuneError(f"the {self.backend.name} backend cannot launch on torch's stream",
                              hint="pass CuPy arrays to this backend, or use the built-in cuda backend")
-        launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal))
+        if shared:
+            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal), shared=shared)
+        else:
+            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal))
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
@@ -265,8 +269,12 @@ class TorchHostRoute:
         return False
 
 
-def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-    fn.launch(grid, block, args)
+def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                   shared: int = 0) -> None:
+    if shared:
+        cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
+    else:
+        fn.launch(grid, block, args)
 
 
 _CUDA_ROUTES: dict[int, TorchCudaRoute] = {}

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ktune.core.case import Case, Tensor, tolerance_for
+from pytest_ktune.core.case import Case, Tensor, ToleranceSpec, tolerance_for
 from pytest_ktune.core.compare import Comparison, compare_one
 from pytest_ktune.core.dtypes import dtype_family
-from pytest_ktune.core.errors import MismatchError, ReferenceShapeError
+from pytest_ktune.core.errors import KtuneError, MismatchError, ReferenceShapeError
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.guards import Guards
 
@@ -67,19 +67,22 @@ def check_structure(target: Target, case_id: str, outs: Sequence[Any], refs: Seq
 
 
 def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed: int,
-                  backend: str, repro: str = "") -> list[Comparison]:
-    """Compare the kernel's outputs with the reference's; raise MismatchError on disagreement."""
+                  backend: str, repro: str = "", tolerance: ToleranceSpec | None = None) -> list[Comparison]:
+    """Compare the kernel's outputs with the reference's; raise MismatchError on disagreement.
+    ``tolerance``: the case's (``Target.tolerance_of``); None: the target's, where it is not a function."""
+    if tolerance is None and not callable(target.tolerance):
+        tolerance = target.tolerance
     outs, refs = as_outputs(got), as_outputs(expected)
     check_structure(target, case_id, outs, refs)
     results = []
     for i, (o, r) in enumerate(zip(outs, refs, strict=True)):
-        tol = tolerance_for(o.dtype, target.tolerance)
+        tol = tolerance_for(o.dtype, tolerance)
         results.append(compare_one(o, r, i, tol))
     failed = [c for c in results if not c.ok]
     if failed:
         lines = [f"case {case_id} on {backend}: output disagrees with the reference (seed {seed})"]
         for c in failed:
-            tol = tolerance_for(outs[c.index].dtype, target.tolerance)
+            tol = tolerance_for(outs[c.index].dtype, tolerance)
             lines.append(
                 f"  output {c.index}: {c.mismatched} of {outs[c.index].size} elements out of tolerance; "
                 f"relative norm {c.rel_norm:.3g} (limit {tol.norm:g}); worst at index {c.worst_index}: "
@@ -91,6 +94,31 @@ def check_outputs(target: Target, case_id: str, got: Any, expected: Any, *, seed
         raise MismatchError("\n".join(lines), where=target.where,
                             hint=repro or "fix the kernel, or the reference if it is the one at fault")
     return results
+
+
+def run_check(target: Target, case_id: str, got: Any, expected: Sequence[np.ndarray], *, seed: int,
+              backend: str, repro: str = "") -> None:
+    """The target's ``check=`` on the kernel's outputs and the reference's, on the host, each as the
+    function and the reference return them (one array, or a tuple); a MismatchError when it raises
+    AssertionError or returns False."""
+    assert target.check_fn is not None
+    ref: Any = expected[0] if len(expected) == 1 and not isinstance(got, (tuple, list)) else tuple(expected)
+    try:
+        verdict = target.check_fn(got, ref)
+    except AssertionError as exc:
+        why = str(exc) or "its assertion failed"
+    except KtuneError:
+        raise
+    except Exception as exc:
+        raise KtuneError(f"the check function failed: {type(exc).__name__}: {exc}", where=target.where,
+                         hint="check= takes the outputs and the reference's outputs; it fails a case by raising "
+                              "AssertionError (an assert) or returning False") from exc
+    else:
+        if verdict is not False:
+            return
+        why = "it returned False"
+    raise MismatchError(f"case {case_id} on {backend}: check= rejected the outputs (seed {seed}): {why}",
+                        where=target.where, hint=repro or "fix the kernel, or the check if it is the one at fault")
 
 
 def call_reference(target: Target, inputs: Mapping[str, Any], *, copy: bool = True) -> Any:

@@ -135,9 +135,9 @@ class _Evaluator:
 
     def __init__(self, spec: WorkerSpec) -> None:
 
-        self.target = import_target(spec.target)
         factory = backends.load_factory(spec.factory) if spec.factory else None
         self.backend = backends.create(spec.backend, factory)
+        self.target = import_target(spec.target).for_backend(self.backend.name)
         if spec.cache_dir:
             self.backend.cache_dir = Path(spec.cache_dir)
         self.cfg = spec.bench or BenchConfig.for_backend(self.backend)
@@ -228,8 +228,9 @@ class _Evaluator:
             if dev.regs_per_block and res.registers * threads > dev.regs_per_block:
                 return (f"{res.registers} registers x {threads} threads = {res.registers * threads} "
                         f"> {dev.regs_per_block} per block")
-            if res.shared_bytes > dev.shared_mem_per_block:
-                return f"{res.shared_bytes} bytes of shared memory > {dev.shared_mem_per_block} per block"
+            if res.shared_bytes + launch.shared > dev.shared_limit:
+                dynamic = f" + {launch.shared} dynamic" if launch.shared else ""
+                return f"{res.shared_bytes}{dynamic} bytes of shared memory > {dev.shared_limit} per block"
         return ""
 
     def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:

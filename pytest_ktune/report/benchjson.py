@@ -12,7 +12,8 @@ read that format (``pytest-benchmark compare``, github-action-benchmark with
 * ``stats`` are in seconds per call of the target's function, over the timing
   samples (``data``); ``iterations`` is how many calls each sample averaged;
 * ``extra_info`` holds ktune's own numbers: the time and the baseline in µs,
-  their ratio, the verdict, the backend, the device, GB/s.
+  their ratio, the verdict, the backend, the device, GB/s, and GFLOP/s with the
+  fraction of the device's multiply-add peak and the roofline side (``flops=``).
 
 The statistics, the machine and the commit are pytest-benchmark's own (``Stats``, its machine-info
 hook, ``get_commit_info``): pytest-benchmark is the ``benchmark`` extra, so that installing
@@ -93,11 +94,20 @@ def benchmark(r: PerfResult, *, include_data: bool = True) -> dict[str, Any] | N
             "samples": "measured" if m is not None and m.samples else "median only",
             "cache_flushed": m.flushed if m is not None else None,
             "input_sets": m.rotation if m is not None else None,
+            **rate_info(r),
         },
         "options": {"disable_gc": False, "timer": f"{r.backend}:{m.mode}" if m is not None and m.mode else r.backend,
                     "min_rounds": None, "max_time": None, "min_time": None, "warmup": True},
         "stats": stats(samples, iterations, include_data=include_data),
     }
+
+
+def rate_info(r: PerfResult) -> dict[str, Any]:
+    """``extra_info``'s arithmetic rate: GFLOP/s, the fraction of the multiply-add peak, FLOP per byte and
+    the roofline side (null where the target declares no flops=)."""
+    rate = r.rate
+    return {"gflops": rate.gflops if rate else None, "peak_fraction": rate.peak_fraction if rate else None,
+            "flop_per_byte": rate.intensity if rate else None, "bound": rate.bound if rate else None}
 
 
 def commit_info(root: Path) -> dict[str, Any]:

@@ -4,7 +4,9 @@ The document is valid against the JUnit 10 schema (the one pytest checks its own
 against; tests/data/junit-10.xsd). One ``testsuite`` per target and one ``testcase`` per check of
 it: ``correct[CASE]``, ``perf[CASE]`` and ``tune[KEY]``, with the target's id in dotted form as the
 classname (``kernels/rmsnorm.py::rmsnorm`` -> ``kernels.rmsnorm.rmsnorm``), as pytest's own report
-names tests. Times have three decimals, as the schema's time type allows.
+names tests. Times have three decimals, as the schema's time type allows. With ``flops=``, a
+performance testcase's numbers include GFLOP/s, the fraction of the device's multiply-add peak and
+the roofline side (``bound``).
 
 * A confirmed regression is a ``failure`` of type ``regression`` whose message carries the numbers;
   a check that could not run to its end (an error) is a ``failure`` of type ``error`` (the schema
@@ -81,6 +83,7 @@ def _properties(o: ItemOutcome, perf: PerfResult | None, tune: TuneOutcome | Non
             props["ab_ratio"] = _num(perf.ratio)  # the A/B's, when it confirmed or cleared a suspect
         if perf.gbps is not None:
             props["gbps"] = _num(perf.gbps, 2)
+        props.update(_rate_properties(perf))
         if perf.note:
             props["note"] = perf.note
     if tune is not None:
@@ -100,6 +103,17 @@ def _summary(props: dict[str, str]) -> str:
     """The testcase's numbers in one line for people (its system-out)."""
     order = ("time_us", "baseline_us", "ratio", "ab_ratio", "gbps", "params", "verdict", "note", "decision")
     return "; ".join(f"{k} {props[k]}" for k in order if props.get(k))
+def _rate_properties(perf: PerfResult) -> dict[str, str]:
+    """GFLOP/s, the fraction of the multiply-add peak and the roofline side, where flops= gave them."""
+    rate = perf.rate
+    if rate is None:
+        return {}
+    props = {"gflops": _num(rate.gflops, 2)}
+    if rate.peak_fraction is not None:
+        props["peak_fraction"] = _num(rate.peak_fraction, 4)
+    if rate.bound is not None:
+        props["bound"] = rate.bound
+    return props
 
 
 def build(outcomes: Iterable[ItemOutcome], results: Sequence[PerfResult] = (), tunes: Sequence[TuneOutcome] = (),

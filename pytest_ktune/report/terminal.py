@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -74,7 +74,9 @@ def _fit(cell: str, width: int) -> str:
 
 
 def summary_table(results: Sequence[PerfResult]) -> list[str]:
-    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict.
+    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict; and
+    where a target declares ``flops=``, GFLOP/s, the fraction of the multiply-add peak and the side
+    of the roofline (``rate_cells``).
 
     Where every result ran on one device (the usual run), the device is said once, above the table;
     otherwise each row names its backend and device. Target and case names are cut so that a row
@@ -89,6 +91,12 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
     right = {i for i, h in enumerate(header) if h in ("time µs", "baseline µs", "ratio", "GB/s", "% copy BW")}
+    if any(r.rate is not None for r in results):
+        at = header.index("verdict")
+        header[at:at] = RATE_HEADER
+        for r, row in zip(results, rows, strict=True):
+            row[at:at] = rate_cells(r)
+        right |= {at, at + 1}
     rest = sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in range(2, len(header)))
     room = max(WIDTH - rest - 2, 24)  # for the target and case columns together
     t_w = max(len(header[0]), min(max(len(r[0]) for r in rows), room // 2))
@@ -97,6 +105,17 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
         row[1] = _fit(row[1], max(room - t_w, len(header[1])))
     lines = [f"on {b} / {d}" if d else f"on {b}" for b, d in devices] if one else []
     return lines + _table(header, rows, right)
+
+
+RATE_HEADER = ["GFLOP/s", "% FMA peak", "bound"]
+
+
+def rate_cells(r: PerfResult) -> list[str]:
+    """The GFLOP/s columns of one row: '-' where the target declares no flops=."""
+    if r.rate is None:
+        return ["-", "-", "-"]
+    peak = f"{100 * r.rate.peak_fraction:.0f}%" if r.rate.peak_fraction is not None else "-"
+    return [f"{r.rate.gflops:.1f}", peak, r.rate.bound or "-"]
 
 
 def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> list[tuple[str, list[str]]]:
@@ -125,3 +144,12 @@ def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> lis
                 lines.append(f"  transcript: {result.transcript} ({result.usage})")
         out.append(("ktune agent", lines))
     return out
+
+
+def compiler_section(output: Mapping[str, Sequence[str]]) -> tuple[str, list[str]]:
+    """The compiler's messages of the run (``KTUNE_COMPILER_OUTPUT=1``), each once, by target."""
+    lines: list[str] = []
+    for where, messages in output.items():
+        lines.append(f"{where}:")
+        lines.extend(f"  {m}" for m in messages)
+    return "ktune compiler output", lines or ["the compiler printed nothing for this run's builds"]

@@ -106,12 +106,14 @@ class Session:
         return dict(rec.params) if rec else dict(target.default)
 
     def _prepare(self, target: Target, case_index: int) -> tuple[Item, DeviceInfo]:
+        """The item of one case, with the target as it runs on the device's backend."""
         device = self.device()
         case = target.cases[case_index]
         if not case.runs_on(device.backend):
             raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {device.backend}")
         if device.backend not in target.sources:
             raise Skip(f"{target.name} has no {device.backend} source; add one to sources= to run it here")
+        target = target.for_backend(device.backend)
         item = Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
                     target_id=self.target_id(target))
         return item, device
@@ -124,6 +126,7 @@ class Session:
         or ItemCrash (the kernel crashed or hung the measurement process) on failure.
         """
         item, device = self._prepare(target, case_index)
+        target = item.target
         params = self.params(target, device, item.key)
         default = dict(target.default)
         configs: list[tuple[str, Mapping[str, Value]]] = [("default", default)]
@@ -138,6 +141,7 @@ class Session:
     def perf(self, target: Target, case_index: int) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
         item, device = self._prepare(target, case_index)
+        target = item.target
         if self.store_error is not None:
             raise self.store_error
         params = self.params(target, device, item.key)
@@ -211,6 +215,15 @@ class Session:
         tunes = tuple(self.tuning.outcomes) if self.tuning else ()
         return RunResults(root=self.settings.root, backend=self.backend_name, device=self.device_name,
                           outcomes=tuple(self.outcomes.values()), results=tuple(self.results), tunes=tunes)
+
+    def compiler_output(self) -> dict[str, list[str]]:
+        """The compiler's messages of this run's builds, by target (kept by the measurement process)."""
+        if self._device is None:
+            return {}
+        try:
+            return self.service.compiler_output()
+        except KtuneError:
+            return {}
 
     def finish(self) -> str | None:
         """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""

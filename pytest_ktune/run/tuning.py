@@ -78,7 +78,8 @@ class Tuning:
         key, and its report. Raises KtuneError (naming the target) when the key cannot be tuned."""
         if self.agent is not None and self.target_id(target) not in self.agents:
             bench = Bench(root=self.ctx.root, params_path=self.ctx.params_path, backend=self.ctx.backend,
-                          base=target, tune=self.ctx.settings, progress=self.ctx.progress, tools=self.agent.tools)
+                          base=target.for_backend(self.ctx.backend), tune=self.ctx.settings,
+                          progress=self.ctx.progress, tools=self.agent.tools)
             self.agents[self.target_id(target)] = run_stage(bench, self.agent, write=self.ctx.settings.write)
         out = tune_key(self.ctx, target, key, indices)
         out = replace(out, report=write_for(self.ctx.scratch, out))

@@ -34,7 +34,6 @@ from pytest_ktune.backends.base import (
     Launch,
     Program,
     compare_on_device,
-    guarded_empty,
     has_device_comparison,
     poison_value,
 )
@@ -46,6 +45,7 @@ from pytest_ktune.core.space import Space
 from pytest_ktune.core.target import BACKENDS
 from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import Kernel, run
+from pytest_ktune.testing.memory import MemoryContract
 
 _OPENCL: dict[str, str] = {
     "scale": """\
@@ -180,8 +180,9 @@ def _assert_scaled(got: np.ndarray, x: np.ndarray, scale: float, offset: float) 
     np.testing.assert_allclose(got, x * np.float32(scale) + np.float32(offset), rtol=1e-6, atol=1e-6)
 
 
-class BackendContract:
-    """Behaviour every backend must show; subclass it and provide a ``backend`` fixture.
+class BackendContract(MemoryContract):
+    """Behaviour every backend must show; subclass it and provide a ``backend`` fixture. (Constant and
+    dynamic shared memory and the multiply-add peak, optional, are in ``testing.memory``.)
 
     Sizes are small on purpose: the whole class runs in a few seconds on
     PoCL's CPU device, most of it in ``copy_bandwidth``.
@@ -359,44 +360,6 @@ class BackendContract:
         np.testing.assert_array_equal(backend.to_host(kept), x)
         got = self.run_scale(backend, self.scale_function(backend, 2, 1), x)
         _assert_scaled(got, x, 2, 1)
-
-    @pytest.mark.parametrize("dtype", ["float16", "float32", "int32"])
-    def test_a_guarded_array_runs_like_a_plain_one_and_keeps_its_guards(self, backend: Backend, dtype: str) -> None:
-        """A backend that offers ``guarded_empty`` hands out a middle the kernels use like any array,
-        guards that hold what was written to them, and sees a write past the end in them."""
-        if not callable(getattr(backend, "guarded_empty", None)):
-            pytest.skip(f"{backend.name} offers no guarded_empty")
-        dt = np.dtype(dtype)
-        host = (np.random.default_rng(3).standard_normal((5, 7)) * 20).astype(dt)
-        buf = guarded_empty(backend, host.shape, dt, 100)
-        assert buf is not None and buf.guard_bytes >= 100 and backend.owns(buf.array)
-        assert tuple(buf.array.shape) == (5, 7) and np.dtype(buf.array.dtype) == dt
-        front, back = bytes(i * 7 % 256 for i in range(buf.guard_bytes)), b"\x7e" * buf.guard_bytes
-        buf.write_guards(front, back)
-        buf.set(host)
-        np.testing.assert_array_equal(backend.to_host(buf.array), host)
-        assert buf.read_guards() == (front, back)
-        buf.poison()
-        got = backend.to_host(buf.array)
-        assert (np.isnan(got).all() if dt.kind == "f" else (got == poison_value(dt)).all())
-        assert buf.read_guards() == (front, back)
-        # A device copy into the middle (a check's fresh input) leaves the guards as they were.
-        source = backend.to_device(host[::-1].copy())
-        buf.copy_from(source)
-        np.testing.assert_array_equal(backend.to_host(buf.array), host[::-1])
-        assert buf.read_guards() == (front, back)
-        x = self.host_input()
-        out = guarded_empty(backend, (x.size - 1,), np.float32, 64)
-        assert out is not None
-        out.write_guards(b"\0" * out.guard_bytes, b"\0" * out.guard_bytes)
-        fn = self.scale_function(backend, 2, 1)
-        block = self.block_for(fn)
-        # n = x.size: one element more than out holds, so the last write lands in the guard after it
-        fn.launch((cdiv(x.size, block),), (block,), (out.array, backend.to_device(x), np.int32(x.size)))
-        backend.synchronize()
-        after_front, after_back = out.read_guards()
-        assert after_front == b"\0" * out.guard_bytes
-        assert np.frombuffer(after_back[:4], np.float32)[0] == np.float32(x[-1] * 2 + 1)
 
     # -- comparing on the device ------------------------------------------
     @pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])

@@ -7,8 +7,9 @@ configuration's grid and block, and the size of the largest array the function r
 (or what the target's ``work=`` says, for a kernel whose output is much smaller than what its
 threads share out, such as a top-k over rows).
 
-1. **One vector per thread.** A parameter named like ``VEC``, ``WIDTH`` or ``PACK`` (or listed in
-   the target's ``vectors=``) sets how many elements a thread loads at once. For a vector width, the
+1. **One vector per thread.** A parameter named like ``VEC``, ``VECTOR`` or ``PACK`` by whole words,
+   or ``WIDTH`` alone (``core.words``; or listed in the target's ``vectors=``) sets how many elements
+   a thread loads at once. For a vector width, the
    configuration that launches the most threads while every thread still gets a whole vector of the
    work (work ÷ threads ≥ VEC) has no idle thread and no second pass: the most loads in flight at
    once for that width. Of those that tie, the one that changes the fewest of the default's
@@ -134,7 +135,10 @@ class _Probe:
     def empty_like(self, a: Any) -> Any:
         return np.empty(tuple(a.shape), a.dtype)
 
-    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None) -> None:
+    def constant(self, name: str, array: Any) -> Any:
+        return array
+
+    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None, shared: Any = 0) -> None:
         g = (grid,) if isinstance(grid, int) else tuple(grid)
         b = (block,) if isinstance(block, int) else tuple(block)
         self.launches.append((math.prod(int(x) for x in g), math.prod(int(x) for x in b)))

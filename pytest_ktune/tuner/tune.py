@@ -25,6 +25,7 @@ from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import first_line as _first_line
+from pytest_ktune.measure.runtime import refuse_redefinitions
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
 from pytest_ktune.tuner.encoding import Encoding, check_space, label_study, stored_mode
@@ -53,8 +54,10 @@ def warm_starts(target: Target, store: Store | None, *, tid: str, device: str, k
         mine = key_string(key)
         others = [r for r in store.for_target(tid) if key_string(r.key) != mine or r.device != device]
         others.sort(key=lambda r: (r.device != device, key_string(r.key)))
-        out.extend((f"recorded for {r.device} {key_string(r.key)}", in_bytes(target, r.params, r.key, key),
-                    element_types(r.key) == types) for r in others)
+        # A record of another backend's space keeps the shared parameters (``Target.carry_over``).
+        out.extend((f"recorded for {r.device} {key_string(r.key)}",
+                    in_bytes(target, target.carry_over(r.params), r.key, key), element_types(r.key) == types)
+                   for r in others)
     seen: set[str] = set()
     unique = []
     for label, cfg, near in out:
@@ -85,6 +88,11 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     settings = ctx.settings
     settings.check(samplers=(settings.sampler,) if ctx.sampler_factory else SAMPLERS)
     started = time.monotonic()
+    target = target.for_backend(ctx.backend)  # its space and default on this backend
+    # A source that redefines a parameter would fail every trial the same way: say so once, now.
+    first = target.cases[case_indices[0]] if case_indices else None
+    refuse_redefinitions(target, target.source_path(ctx.backend), target.source_text(ctx.backend),
+                         target.default, target.defines(target.case_args(first)) if first is not None else {})
     feasible = list(target.space.feasible(key))
     if not feasible:
         target.check_config(dict(target.default), key, "default configuration")  # raises, naming the target

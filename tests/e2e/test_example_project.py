@@ -18,8 +18,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 # Small cases of both targets: enough to exercise baselines without timing the whole project.
 FEW = "T64-H4096-float32 or T16-I14336-float32"
 
-# One device: it is named once, above the table ("on opencl / DEVICE"), not on every row.
-TABLE_HEADER = ["target", "case", "time µs", "baseline µs", "ratio", "GB/s", "% copy BW", "verdict"]
+# One device: it is named once, above the table ("on opencl / DEVICE"), not on every row. The GFLOP/s
+# columns show because some example targets declare flops=.
+TABLE_HEADER = ["target", "case", "time µs", "baseline µs", "ratio", "GB/s", "% copy BW", "GFLOP/s",
+                "% FMA peak", "bound", "verdict"]
 
 
 def copy_example(tmp_path: Path, *, with_params: bool = True) -> Path:
@@ -75,7 +77,7 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
     outcomes = item_outcomes(out)
     passed = {k for k, v in outcomes.items() if v == "PASSED"}
     assert set(outcomes.values()) <= {"PASSED", "SKIPPED"}, outcomes
-    for target in ("rmsnorm", "silu_and_mul"):
+    for target in ("rmsnorm", "silu_and_mul", "conv2d"):
         correct = {k.split("::correct")[1] for k in passed if f"::{target}::correct[" in k}
         perf = {k.split("::perf")[1] for k in passed if f"::{target}::perf[" in k}
         assert correct and correct == perf, (target, correct, perf)
@@ -95,6 +97,8 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
         assert row[5] != "-" and float(row[5]) >= 0 and row[6].endswith("%")
         if row[0] in ("rmsnorm", "silu_and_mul"):
             assert float(row[5]) > 0
+        if row[0] == "conv2d":  # flops=: GFLOP/s, the fraction of the multiply-add peak, the roofline side
+            assert float(row[7]) > 0 and row[8].endswith("%") and row[9] in ("memory", "compute"), row
     summary = out.split(" ktune summary ", 1)[1].split("\n=", 1)[0]
     assert max(len(line) for line in summary.splitlines()) <= 120, summary
     assert snapshot(EXAMPLE) == before, "the run wrote into the repository's example project"

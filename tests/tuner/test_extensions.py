@@ -93,7 +93,8 @@ def test_a_conftest_backend_reaches_the_tuning_workers(project: Project) -> None
     compiles = [json.loads(line) for line in (project.path / "backend.log").read_text().splitlines()]
     # The candidates were compiled in the tuner's worker processes, by the conftest's backend.
     assert compiles and all(c["worker"] for c in compiles)
-    assert len({(c["defines"]["BLOCK"], c["defines"]["REPEAT"]) for c in compiles}) >= 3
+    # Both REPEAT values were compiled there; BLOCK, which the source never names, shares their compiles.
+    assert {c["defines"]["REPEAT"] for c in compiles} == {"1", "64"}
 
 
 def test_a_conftest_sampler_proposes_the_trials(project: Project) -> None:
