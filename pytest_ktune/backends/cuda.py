@@ -216,7 +216,7 @@ class CudaBackend:
     """CuPy on the current CUDA device; kernels compile with NVRTC, parameters as ``-D`` defines."""
 
     name = "cuda"
-    defines_are_macros = True  # -D macros of a C preprocessor: a name the source never spells changes nothing
+    defines_are_macros = True  # -D macros of a C preprocessor: a value of a name the source never spells is inert
 
     def __init__(self) -> None:
         self.cp = cp = _cupy()

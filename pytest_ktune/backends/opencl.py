@@ -269,7 +269,7 @@ class OpenCLBackend:
     """
 
     name = "opencl"
-    defines_are_macros = True  # -D macros of a C preprocessor: a name the source never spells changes nothing
+    defines_are_macros = True  # -D macros of a C preprocessor: a value of a name the source never spells is inert
 
     def __init__(self, queue: Any | None = None) -> None:
         self.cl = cl = _cl()

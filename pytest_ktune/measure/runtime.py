@@ -164,6 +164,7 @@ class CompileCache:
 
 
 CACHE = CompileCache()
+UNNAMED = "<a value the source never reads>"
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -184,15 +185,20 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
 
     Where the backend's defines are preprocessor macros (``defines_are_macros``: both built-in ones), a
     parameter that neither the source nor a header it includes ever names (a grid cap that only the
-    launch reads, say) cannot change the compiled code, so its values share one compiled program
-    instead of costing a compile each. A source that redefines one of them itself is refused
-    (``refuse_redefinitions``); the compiler's messages are kept (``measure.compiler_output``)."""
+    launch reads, say) cannot change the compiled code through the source, so its values share one
+    compiled program instead of costing a compile each. Its name still counts: a program is shared only by
+    defines of the same names, so a name that the compiler's own headers use is compiled as itself. A
+    source that redefines one of them itself is refused (``refuse_redefinitions``); the compiler's
+    messages are kept (``measure.compiler_output``)."""
     text = target.source_text(backend.name) if source is None else source
     path = target.source_path(backend.name)
     macros = getattr(backend, "defines_are_macros", False) is True
     named = _identifiers(text, *include_closure(path, text, read_local).values()) if macros else None
     defines = {**extra_defines, **params}
-    same_code = None if named is None else {**extra_defines, **{k: v for k, v in params.items() if k in named}}
+    # An unnamed parameter keeps its name in the key, not its value: a name that the compiler's own headers
+    # use (read_only on OpenCL) changes the code or breaks the build, and it is compiled once as itself.
+    same_code = None if named is None else {**extra_defines,
+                                            **{k: v if k in named else UNNAMED for k, v in params.items()}}
     refuse_redefinitions(target, path, text, params, extra_defines)
     program = CACHE.get(backend, text, defines, str(path), same_code=same_code)
     OUTPUT.add(target.where, compiler_log(program))

@@ -60,7 +60,11 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
     return lines
 
 
-WIDTH = 120  # the summary fits a terminal this wide: a cell that would not is cut short with "…"
+WIDTH = 120  # notes wrap at this width
+# Target and case names longer than these are cut short with "…"; the numbers never are. The caps do
+# not depend on the other columns, so a name is shown whole or cut the same way on every host.
+TARGET_WIDTH = 32
+CASE_WIDTH = 40
 
 
 def _wrap(text: str) -> list[str]:
@@ -79,8 +83,8 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
     of the roofline (``rate_cells``).
 
     Where every result ran on one device (the usual run), the device is said once, above the table;
-    otherwise each row names its backend and device. Target and case names are cut so that a row
-    fits ``WIDTH`` columns."""
+    otherwise each row names its backend and device. Target and case names longer than
+    ``TARGET_WIDTH`` and ``CASE_WIDTH`` are cut."""
     devices = {(r.backend, r.device) for r in results}
     one = len(devices) == 1
     header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline µs", "ratio", "GB/s",
@@ -97,12 +101,8 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
         for r, row in zip(results, rows, strict=True):
             row[at:at] = rate_cells(r)
         right |= {at, at + 1}
-    rest = sum(max(len(row[i]) for row in [header, *rows]) + 2 for i in range(2, len(header)))
-    room = max(WIDTH - rest - 2, 24)  # for the target and case columns together
-    t_w = max(len(header[0]), min(max(len(r[0]) for r in rows), room // 2))
     for row in rows:
-        row[0] = _fit(row[0], t_w)
-        row[1] = _fit(row[1], max(room - t_w, len(header[1])))
+        row[0], row[1] = _fit(row[0], TARGET_WIDTH), _fit(row[1], CASE_WIDTH)
     lines = [f"on {b} / {d}" if d else f"on {b}" for b, d in devices] if one else []
     return lines + _table(header, rows, right)
 

@@ -7,7 +7,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import xmlschema
 
 from ._kit import Project, add_target, case, scale_target
 
@@ -45,6 +44,7 @@ def test_junit_and_benchmark_json_reports(project: Project) -> None:
                           ("kernels.scale", "correct[big]"), ("kernels.scale", "perf[big]"),
                           ("kernels.wrong", "correct[small]"), ("kernels.wrong", "perf[small]")}
 
+    xmlschema = pytest.importorskip("xmlschema", reason="a dev dependency: pip install -e '.[dev]'")
     xmlschema.XMLSchema(str(SCHEMA)).validate(str(project.path / "out" / "ktune.xml"))
     failure = cases[("kernels.wrong", "correct[small]")].find("failure")
     assert failure is not None and failure.text and "out of tolerance" in failure.text

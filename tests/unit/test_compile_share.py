@@ -11,6 +11,7 @@ import pytest
 
 from pytest_ktune import backends
 from pytest_ktune.core.case import Case, Tensor
+from pytest_ktune.core.errors import CompileError
 from pytest_ktune.core.space import Space
 from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import compile_target
@@ -45,3 +46,15 @@ def test_values_of_a_parameter_the_source_never_names_share_a_compile(tmp_path: 
     pasted = _target(tmp_path, "#define CAT(a, b) a##b\n" + SOURCE)
     c = compile_target(backend, pasted, {"BLOCK": 64, "CAP": 1}, {})
     assert compile_target(backend, pasted, {"BLOCK": 64, "CAP": 2}, {}) is not c
+
+
+def test_an_unnamed_parameter_of_a_name_the_compiler_headers_use_is_compiled_as_itself(tmp_path: Path) -> None:
+    # read_only is a word of OpenCL C's own headers: as a -D macro it breaks them though the source never
+    # names it. A program compiled without it is not reused for a point that defines it.
+    pytest.importorskip("pyopencl")
+
+    backend = backends.create("opencl")
+    t = _target(tmp_path, SOURCE)
+    compile_target(backend, t, {"BLOCK": 64}, {})
+    with pytest.raises(CompileError, match="read_only is an OpenCL C keyword"):
+        compile_target(backend, t, {"BLOCK": 64, "read_only": 1}, {})
