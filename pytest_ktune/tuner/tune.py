@@ -30,31 +30,33 @@ from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_r
 from pytest_ktune.tuner.encoding import Encoding
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
 from pytest_ktune.tuner.outcome import StudySummary, TuneOutcome
-from pytest_ktune.tuner.priors import device_priors, element_types, in_bytes, leading
+from pytest_ktune.tuner.priors import device_priors, in_bytes, leading
 from pytest_ktune.tuner.progress import Progress
 from pytest_ktune.tuner.samplers import SamplerRequest, builtin_factory
 from pytest_ktune.tuner.samplers import unknown as unknown_sampler
 from pytest_ktune.tuner.settings import TuneContext
 from pytest_ktune.tuner.storage import open_storage, study_lock, study_name
+from pytest_ktune.tuner.transfer import is_near, record_distance
 
 
 def warm_starts(target: Target, store: Store | None, *, tid: str, device: str, key: Mapping[str, Any],
                  current: Mapping[str, Value]) -> list[tuple[str, dict[str, Value], bool]]:
     """The default, the parameters in use, and the best recorded for other keys and devices, each
     with whether it is near: the default and the parameters in use are, and so is a record of a key
-    with this key's element types (its dimensions that name a dtype); a record of a key with other
-    element types is timed after the device priors (tune_key), its vector widths carried over so
-    that each load moves as many bytes (``_priors.in_bytes``)."""
+    and device alike enough to this one (``transfer``: the key's dimensions in doublings, the element
+    sizes, the device), nearest first; a record farther than that is timed after the device priors
+    (tune_key), its vector widths carried over so that each load moves as many bytes
+    (``priors.in_bytes``)."""
 
-    types = element_types(key)
     out: list[tuple[str, dict[str, Value], bool]] = [("default", dict(target.default), True),
                                                      ("current", dict(current), True)]
     if store is not None:
         mine = key_string(key)
         others = [r for r in store.for_target(tid) if key_string(r.key) != mine or r.device != device]
-        others.sort(key=lambda r: (r.device != device, key_string(r.key)))
+        weighed = sorted((record_distance(key, device, r.key, r.device), r.device != device, key_string(r.key),
+                          i, r) for i, r in enumerate(others))
         out.extend((f"recorded for {r.device} {key_string(r.key)}", in_bytes(target, r.params, r.key, key),
-                    element_types(r.key) == types) for r in others)
+                    is_near(d)) for d, *_, r in weighed)
     seen: set[str] = set()
     unique = []
     for label, cfg, near in out:
@@ -73,11 +75,11 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     before (what tuning found is the best guess), then the leading device priors; for a key not
     tuned yet, the leading device priors (``_priors``: the strongest guess computed for this key's
     own launch, with its 8-byte twin when it has one: ``_priors.leading``) before the default. Then
-    the best recorded for other keys and devices whose keys have this key's element types (the
-    dimensions that name a dtype); the other device priors; the best recorded for keys of other
-    element types, their vector widths carried over in bytes (``_priors.in_bytes``), which transfer
-    less well. The sampler (by default ``bo``, ``_bo``: a model of all the timings so far) proposes
-    the rest."""
+    the best recorded for other keys and devices near this one (``transfer``: alike in the key's
+    dimensions, element sizes and device), nearest first; the other device priors; the best
+    recorded for keys farther away, their vector widths carried over in bytes
+    (``_priors.in_bytes``), which transfer less well. The sampler (by default ``bo``, ``_bo``: a
+    model of all the timings so far) proposes the rest."""
     import optuna
     from optuna.trial import TrialState
 
