@@ -98,6 +98,10 @@ class ReplayPool:
             yield Outcome(dict(cfg), "ok", times=self._times(p), compile_s=p.compile_s)
 
     def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+        if self.landscape.imported and config_key(current) not in self.points:
+            # A stand-in target has no default, so a replay of an imported landscape has nothing to set
+            # its best against: the trace is what the replay is for.
+            return ABOutcome("failed", "the landscape was recorded elsewhere: no configuration in use to A/B against")
         a, b = self._point(current), self._point(candidate)
         if a.state != "ok" or b.state != "ok":
             bad = a if a.state != "ok" else b
@@ -153,10 +157,14 @@ def replay_tune(root: Path, target: Target, land: Landscape, *, sampler: str, tr
                 sampler_factory: Callable[[Any], Any] | None = None) -> Replay:
     """Run ``tune_key`` on the landscape: ``trials`` timed trials, an in-memory study, no report.
     ``records`` stand in for the params file (warm starts from other keys and devices); ``priors``
-    and ``sampler_factory`` are as in TuneSettings and TuneContext."""
+    and ``sampler_factory`` are as in TuneSettings and TuneContext. An imported landscape replays
+    on its stand-in target (``lab.standin``), without device priors."""
 
-    by_key = cases_by_key(target, land.backend)
-    found = by_key.get(key_string(land.key))
+    if land.imported:
+        found: tuple[dict[str, Any], list[int]] | None = (dict(land.key), [])
+        priors = False  # a stand-in target has no launch to probe (lab.standin)
+    else:
+        found = cases_by_key(target, land.backend).get(key_string(land.key))
     if found is None:
         raise LandscapeError(f"{target.name} has no case with the landscape's key {key_string(land.key)}",
                              where=land.where, hint="replay it in the project it was recorded in")

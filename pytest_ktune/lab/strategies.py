@@ -17,8 +17,8 @@ from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import DEFAULT_SAMPLER
-from pytest_ktune.core.space import Space
 from pytest_ktune.core.target import Target
+from pytest_ktune.lab.ktcache import problem_size, write_cache
 from pytest_ktune.lab.landscape import Landscape
 from pytest_ktune.lab.replay import record_of, replay_tune
 
@@ -45,7 +45,8 @@ class SkipStrategy(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One landscape to search, with its target and the landscapes of the target's other keys."""
+    """One landscape to search, with its target (an imported landscape's stand-in) and the landscapes
+    of the target's other keys and devices."""
 
     land: Landscape
     target: Target
@@ -91,25 +92,6 @@ def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: st
     return [v for _, v in r.trace][:budget]
 
 
-def kt_cache(land: Landscape) -> dict[str, Any]:
-    """Kernel Tuner's cache file for the landscape: every recorded point, times in ms; failures as
-    Kernel Tuner names them."""
-    names = list(land.space["params"])
-    cache: dict[str, Any] = {}
-    for p in land.points:
-        entry: dict[str, Any] = dict(p.params)
-        if p.state == "ok":
-            ms = p.value_us / 1000
-            entry.update(time=ms, times=[ms], compile_time=p.compile_s * 1000, verification_time=0,
-                         benchmark_time=ms)
-        else:
-            failed = "CompilationFailedConfig" if p.reason.startswith("compile error") else "RuntimeFailedConfig"
-            entry.update(time=failed, compile_time=p.compile_s * 1000, verification_time=0, benchmark_time=0)
-        cache[",".join(str(p.params[n]) for n in names)] = entry
-    return {"device_name": land.device_id, "kernel_name": land.name, "problem_size": [1],
-            "tune_params_keys": names, "tune_params": land.space_params(), "objective": "time", "cache": cache}
-
-
 def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, folder: Path) -> Trace:
     """One of Kernel Tuner's strategies in its simulation mode, on a cache written from the landscape."""
     try:
@@ -121,11 +103,9 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
     tag = hashlib.sha256(json.dumps([land.target, land.device_id, dict(land.key)], sort_keys=True).encode())
     path = folder / f"{land.name}-{tag.hexdigest()[:12]}.json"
     if not path.exists():  # seeds may run side by side: write whole, then rename
-        part = path.with_suffix(f".{os.getpid()}.part")
-        part.write_text(json.dumps(kt_cache(land)))
-        part.replace(path)
+        write_cache(land, path.with_suffix(f".{os.getpid()}.part")).replace(path)
     names = list(land.space["params"])
-    space = Space(constraints=list(land.space["constraints"]), **land.space_params())
+    space = problem.target.space  # an imported landscape's stand-in lists its feasible points
     key = dict(land.key)
 
     def allowed(p: Mapping[str, Any]) -> bool:
@@ -137,7 +117,7 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
         warnings.simplefilter("ignore")
         try:
             results, _ = kernel_tuner.tune_kernel(
-                land.name, "__global__ void replayed() {}", [1], [], land.space_params(), lang="CUDA",
+                land.name, "__global__ void replayed() {}", problem_size(land), [], land.space_params(), lang="CUDA",
                 restrictions=allowed, cache=str(path), simulation_mode=True, strategy=strategy,
                 strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
         except Exception as exc:  # a strategy's own failure is reported, not raised

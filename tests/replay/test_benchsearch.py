@@ -16,7 +16,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.lab.benchsearch import bench, problems_for
 from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.results import BenchSettings, StrategyResult, budget_for, summary_lines
-from pytest_ktune.lab.strategies import best_so_far, kt_cache, trials_to
+from pytest_ktune.lab.strategies import best_so_far, trials_to
 
 from ._data import LANDSCAPES as LANDSCAPES_DIR
 from ._data import RMSNORM, ROOT, SILU, landscape
@@ -46,14 +46,6 @@ def test_an_unknown_strategy_lists_the_known_ones() -> None:
     with pytest.raises(KtuneError, match="unknown strategy 'hyperband'") as err:
         bench(problems_for(ROOT, [RMSNORM]), BenchSettings(strategies=("hyperband",)), progress=False)
     assert "kt:simulated_annealing" in (err.value.hint or "")
-
-
-def test_kernel_tuner_cache_holds_every_point_in_milliseconds() -> None:
-    land = landscape(SILU)
-    doc = kt_cache(land)
-    assert doc["tune_params_keys"] == ["BLOCK", "VEC", "ITEMS"]
-    assert len(doc["cache"]) == 60
-    assert doc["cache"]["128,8,1"]["time"] == pytest.approx(land.optimum.value_us / 1000)
 
 
 def test_a_landscape_of_a_changed_kernel_is_refused(tmp_path: Path) -> None:
