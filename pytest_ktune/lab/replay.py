@@ -26,6 +26,7 @@ from pytest_ktune.core.store import Record, Store
 from pytest_ktune.core.target import Target
 from pytest_ktune.lab.landscape import CaseTiming, Landscape, LandscapeError, Point, space_of
 from pytest_ktune.measure.worker import ABOutcome, CaseTime, Outcome, WorkerSpec
+from pytest_ktune.tuner.equivalence import classes
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.storage import MEMORY
 from pytest_ktune.tuner.tune import tune_key
@@ -187,6 +188,15 @@ def replay_tune(root: Path, target: Target, land: Landscape, *, sampler: str, tr
     pool = holder[0]
     return Replay(trace=tuple(pool.trace), best_params=dict(out.best_params), accepted=out.accepted,
                   decision=out.decision)
+
+
+def classes_of(target: Target, land: Landscape) -> dict[str, str]:
+    """The landscape's equivalent configurations (``tuner.equivalence``), from the launches its target's
+    function makes for the key's cases; none for an imported landscape, which has no launches."""
+    if land.imported:
+        return {}
+    found = cases_by_key(target, land.backend).get(key_string(land.key))
+    return classes(target, land.backend, found[1] if found else [], [dict(p.params) for p in land.points])
 
 
 def record_of(land: Landscape, params: Mapping[str, Value], device: str | None = None) -> Record:

@@ -17,10 +17,11 @@ from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import DEFAULT_SAMPLER
+from pytest_ktune.core.space import config_key
 from pytest_ktune.core.target import Target
 from pytest_ktune.lab.ktcache import problem_size, write_cache
 from pytest_ktune.lab.landscape import Landscape
-from pytest_ktune.lab.replay import record_of, replay_tune
+from pytest_ktune.lab.replay import classes_of, record_of, replay_tune
 
 KT_STRATEGIES = ("random_sample", "simulated_annealing", "pso", "genetic_algorithm", "bayes_opt",
                  "firefly_algorithm", "diff_evo", "greedy_ils", "mls", "dual_annealing", "basinhopping")
@@ -122,15 +123,19 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
                 strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
         except Exception as exc:  # a strategy's own failure is reported, not raised
             raise SkipStrategy(f"Kernel Tuner's {strategy} failed: {type(exc).__name__}: {exc}") from None
-    values = {",".join(str(p.params[n]) for n in names): p.value_us for p in land.points}
+    values = {",".join(str(p.params[n]) for n in names): p for p in land.points}
+    cls = classes_of(problem.target, land)
     trace: list[float] = []
     seen: set[str] = set()
     for r in results:
-        k = ",".join(str(r[n]) for n in names)
-        if k in seen or k not in values:
-            continue  # a repeat is served from Kernel Tuner's cache, not timed again
-        seen.add(k)
-        trace.append(values[k])
+        p = values.get(",".join(str(r[n]) for n in names))
+        if p is None:
+            continue
+        c = cls.get(config_key(p.params), config_key(p.params))
+        if c in seen:
+            continue  # a repeat is served from Kernel Tuner's cache, an equivalent one from ours: not timed again
+        seen.add(c)
+        trace.append(p.value_us)
     return trace[:budget]
 
 

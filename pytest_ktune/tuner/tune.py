@@ -28,6 +28,7 @@ from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
 from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.equivalence import classes, representatives
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
 from pytest_ktune.tuner.outcome import StudySummary, TuneOutcome
 from pytest_ktune.tuner.priors import device_priors, in_bytes, leading
@@ -96,7 +97,11 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     make = ctx.sampler_factory or builtin_factory(settings.sampler)
     if make is None:
         raise unknown_sampler(settings.sampler)
-    sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(feasible)))
+    # Configurations that build the same program and make the same launches are one point: the
+    # sampler proposes one of each class, and the loop answers the others from it.
+    cls = classes(target, ctx.backend, case_indices, feasible)
+    points = representatives(feasible, cls)
+    sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(points)))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tid = target_id(target, ctx.root)
     spec = WorkerSpec(target=TargetRef.of(target), backend=ctx.backend, cases=tuple(case_indices),
@@ -148,10 +153,10 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             for group in (*groups, near, priors[lead:], far):
                 enqueue(study, enc, group)
             if settings.sampler == "grid":
-                enqueue(study, enc, [("grid", p) for p in feasible])
-            loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings)
+                enqueue(study, enc, [("grid", p) for p in points])
+            loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings, classes=cls)
             label = f"{target.name} {key_label(key)}"
-            total = min(settings.trials, len(feasible))
+            total = min(settings.trials, len(points))
             with Progress(label, total, stream=ctx.progress) as bar:
                 def tick() -> None:
                     best = best_trial(study)
