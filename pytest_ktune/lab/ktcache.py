@@ -73,7 +73,7 @@ def read(path: Path) -> dict[str, Any]:
         text = raw.decode().strip()
     except UnicodeDecodeError:
         raise _error("not a Kernel Tuner cache file: neither JSON text nor gzip", path) from None
-    if not text.startswith("{"):
+    if not text.startswith(("{", "[")):
         raise _error("not a Kernel Tuner cache file: it is not JSON", path)
     try:
         data = json.loads(text)

@@ -76,6 +76,9 @@ def run_optuna(problem: Problem, sampler: str, budget: int, seed: int, noise: bo
     return [v for _, v in r.trace][:budget]
 
 
+_FIRST: dict[tuple[int, str, int, int, bool], Any] = {}  # the records of other landscapes, per process
+
+
 def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: str | None = None) -> Trace:
     """The default strategy, as ``ktune tune`` runs it: the params file holds what earlier tunes of the
     target's other keys found (here: a replay of ``ktune`` on each other landscape with the same seed
@@ -85,9 +88,12 @@ def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: st
     sampler = sampler or DEFAULT_SAMPLER
     records = []
     for other in problem.others:
-        first = replay_tune(problem.root, problem.target, other, sampler=sampler,
-                            trials=min(budget, len(other.timed)), seed=seed, noise=noise)
-        records.append(record_of(other, first.best_params))
+        memo = (id(other), sampler, budget, seed, noise)  # the same for every landscape it warms
+        if memo not in _FIRST:
+            first = replay_tune(problem.root, problem.target, other, sampler=sampler,
+                                trials=min(budget, len(other.timed)), seed=seed, noise=noise)
+            _FIRST[memo] = record_of(other, first.best_params)
+        records.append(_FIRST[memo])
     r = replay_tune(problem.root, problem.target, problem.land, sampler=sampler, trials=budget, seed=seed,
                     noise=noise, records=records)
     return [v for _, v in r.trace][:budget]

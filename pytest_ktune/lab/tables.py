@@ -25,6 +25,7 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
                   f"{len(lr.land.points)} configurations, {len(lr.land.timed)} timed; optimum "
                   f"{opt.value_us:.3f} µs at {_params(opt.params)}; budget {lr.budget}.", "",
+                  *_imported(lr),
                   "| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | final ÷ optimum |",
                   "|---|---:|---:|---:|---:|---:|"]
         for r in lr.results:
@@ -37,6 +38,16 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
                          f"{r.hit_rate(o, 0.05):.0%} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _imported(lr: LandscapeResult) -> list[str]:
+    """The note a landscape recorded elsewhere gets: what the default strategy runs without there."""
+    if not lr.land.imported:
+        return []
+    origin = lr.land.origin or {}
+    return [f"Recorded elsewhere ({origin.get('format', 'imported')}: {origin.get('file', '?')}): no ktune target "
+            "stands behind it, so the device priors, which need the target's launch, are off, and there is "
+            "no default; `ktune` starts from what it found on the other keys and devices given with it.", ""]
 
 
 def _params(p: Mapping[str, Value]) -> str:
