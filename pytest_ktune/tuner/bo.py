@@ -203,6 +203,14 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
     encode = Inputs(params)
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+    pending = [c for c in busy if config_key(c) not in seen]
+    if pending:
+        # Kriging believer: a configuration being timed counts as what the model expects of it, so the
+        # next proposal of a batch goes where the model still expects something new.
+        mu_p, _ = gp.predict(encode(pending))
+        believed = list(mu_p * gp.std + gp.mean)
+        points += list(zip(pending, believed, strict=True))
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
     centre = min(seen.values(), key=lambda cy: cy[1])[0]
     dist = at.steps_from(centre, rows)
     least = dist.min()
