@@ -17,9 +17,10 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
   uncertainty is largest in. A better timing moves the centre, and the search narrows again.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
-steers the search away from where compiles or launches fail. With fewer than two timings, a random
-untried configuration is proposed (the tuner's warm starts normally come first). Beyond Optuna, only
-numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
+steers the search away from where compiles or launches fail; one being timed counts as what the
+model expects of it (a kriging believer), so that the proposals of one batch spread out. With fewer
+than two timings, a random untried configuration is proposed (the tuner's warm starts normally come
+first). Beyond Optuna, only numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
 """
 
 from __future__ import annotations
