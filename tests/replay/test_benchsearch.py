@@ -34,6 +34,14 @@ def test_trials_count_from_one_and_failures_never_lower_the_best() -> None:
     assert r.hit_rate(4.0, 0.03) == pytest.approx(2 / 3)
 
 
+def test_the_fraction_of_the_optimum_after_a_few_trials_is_the_median_over_seeds() -> None:
+    # Seeds at 2x, 1.25x and 1x of the optimum after two trials: the median reaches 0.8 of it.
+    r = StrategyResult("x", traces=[[8.0, 8.0, 4.0], [8.0, 5.0], [4.0], [math.inf, math.inf]])
+    assert r.reached_after(4.0, 1) == pytest.approx(0.5)  # 0.5, 0.5, 1 and nothing timed (0)
+    assert r.reached_after(4.0, 2) == pytest.approx((0.5 + 0.8) / 2)
+    assert r.reached_after(4.0, 3) == pytest.approx(0.9)
+
+
 def test_a_budget_larger_than_the_space_is_an_error_naming_the_landscape() -> None:
     land = landscape(RMSNORM)
     assert budget_for(land, None) == 20
