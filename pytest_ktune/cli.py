@@ -97,8 +97,21 @@ def _parser() -> argparse.ArgumentParser:
     record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS))
     record.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
     record.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the timing order")
+    imp = sub.add_parser("import-landscape", help="read Kernel Tuner cache files (.json, .json.gz) as landscapes")
+    imp.add_argument("files", nargs="+", type=Path, help="Kernel Tuner cache files")
+    imp.add_argument("--device", default=None,
+                     help="the device's name, for files that record none (default: the file's name)")
+    imp.add_argument("--out", type=Path, default=None,
+                     help="a file (.json or .json.gz) for one cache, or a folder (default: .ktune/landscapes)")
+    exp = sub.add_parser("export-landscape", help="write landscapes as Kernel Tuner cache files, for its "
+                                                  "strategies and the autotuning methodology")
+    exp.add_argument("landscapes", nargs="+", type=Path, help="files written by `ktune record`")
+    exp.add_argument("--out", type=Path, default=None,
+                     help="a file (.json; .json.gz is gzip, which Kernel Tuner itself does not read) for one "
+                          "landscape, or a folder (default: beside each landscape)")
     search = sub.add_parser("bench-search", help="compare search strategies on recorded landscapes")
-    search.add_argument("landscapes", nargs="+", type=Path, help="files written by `ktune record`")
+    search.add_argument("landscapes", nargs="+", type=Path,
+                        help="files written by `ktune record`, or Kernel Tuner cache files (no project needed)")
     search.add_argument("--root", type=Path, default=Path.cwd(), help="the project the landscapes were recorded in")
     search.add_argument("--budget", type=int, default=None, help="trials per search (default: min(100, the space))")
     search.add_argument("--seeds", type=int, default=11, help="seeds per strategy (default 11)")
@@ -343,6 +356,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _single(out: Path | None, count: int, what: str) -> bool:
+    """Whether ``--out`` names one file (and then there must be one input)."""
+    single = out is not None and (out.name.endswith(".json") or out.name.endswith(".json.gz"))
+    if single and count != 1:
+        raise KtuneError(f"--out {out} names one file, but {count} {what} were given", hint="give a folder to --out")
+    return single
+
+
+def cmd_import_landscape(args: argparse.Namespace) -> int:
+    from pytest_ktune.lab.ktcache import import_cache
+
+    single = _single(args.out, len(args.files), "cache files")
+    lands = [import_cache(f, device=args.device) for f in args.files]  # every file checked before one is written
+    for path, land in zip(args.files, lands, strict=True):
+        stem = path.name.removesuffix(".gz").removesuffix(".json")
+        dest = args.out if single else (args.out or Path.cwd() / ".ktune" / "landscapes") / f"{stem}.json.gz"
+        land.save(dest)
+        failed = len(land.points) - len(land.timed)
+        print(f"{land.label} on {land.device_id}: {len(land.points)} configurations, {len(land.timed)} timed, "
+              f"{failed} failed or invalid; optimum {land.optimum.value_us:.3f} µs at {dict(land.optimum.params)}; "
+              f"wrote {dest}")
+    return 0
+
+
+def cmd_export_landscape(args: argparse.Namespace) -> int:
+    from pytest_ktune.lab.ktcache import write_cache
+    from pytest_ktune.lab.landscape import load
+
+    single = _single(args.out, len(args.landscapes), "landscapes")
+    lands = [load(p) for p in args.landscapes]
+    for path, land in zip(args.landscapes, lands, strict=True):
+        stem = path.name.removesuffix(".gz").removesuffix(".json")
+        dest = args.out if single else (args.out or path.parent) / f"{stem}.kt.json"
+        write_cache(land, dest)
+        failed = len(land.points) - len(land.timed)
+        print(f"{land.label}: {len(land.points)} configurations ({failed} failed or infeasible, kept with Kernel "
+              f"Tuner's markers); wrote {dest}")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
@@ -412,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_dashboard(args)
         if args.command == "export":
             return cmd_export(args)
+        if args.command == "import-landscape":
+            return cmd_import_landscape(args)
+        if args.command == "export-landscape":
+            return cmd_export_landscape(args)
         if args.command == "templatize":
             from pytest_ktune.agent import run_templatize
 

@@ -28,10 +28,13 @@ from typing import Any, TextIO
 
 from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.store import target_id
-from pytest_ktune.lab.landscape import LandscapeError, load
+from pytest_ktune.lab.ktcache import load_any
+from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.replay import check_landscape
 from pytest_ktune.lab.results import BenchSettings, LandscapeResult, StrategyResult, budget_for, summary_lines, versus
+from pytest_ktune.lab.standin import stand_in
 from pytest_ktune.lab.strategies import (
     OPTUNA_STRATEGIES,
     Problem,
@@ -131,23 +134,30 @@ def _runner(name: str, problem: Problem, budget: int, noise: bool, folder: Path)
 
 
 def problems_for(root: Path, paths: Sequence[Path]) -> list[Problem]:
-    """Load the landscapes, find each one's target under ``root`` and check that they match; each
-    problem also gets the landscapes of its target's other keys on the same device."""
+    """Load the landscapes (ktune's, or Kernel Tuner's cache files), find each one's target under
+    ``root`` and check that they match (an imported one gets a stand-in, ``lab.standin``); each
+    problem also gets the landscapes of its target's other keys and devices (warm starts, weighed
+    by the tuner by how alike the keys and devices are)."""
 
     if not paths:
         raise KtuneError("no landscape given", hint="record some with `ktune record`, then pass their files")
-    lands = [load(p) for p in paths]
-    targets = {target_id(t, root): t for t in discover(root)}
+    lands = [load_any(p) for p in paths]
+    # Imported landscapes (Kernel Tuner's cache files) replay on a stand-in: no project is needed for them.
+    targets = {target_id(t, root): t for t in discover(root)} if any(not x.imported for x in lands) else {}
     out = []
     for land in lands:
-        target = targets.get(land.target)
-        if target is None:
-            raise LandscapeError(f"the landscape is of {land.target}, which is not a target under {root}",
-                                 where=land.where, hint="pass --root, the project root the landscape was "
-                                                        "recorded in")
-        check_landscape(target, land)
-        others = tuple(o for o in lands if o is not land and o.target == land.target
-                       and o.device_id == land.device_id and dict(o.key) != dict(land.key))
+        if land.imported:
+            target = stand_in(land, root)
+        else:
+            found = targets.get(land.target)
+            if found is None:
+                raise LandscapeError(f"the landscape is of {land.target}, which is not a target under {root}",
+                                     where=land.where, hint="pass --root, the project root the landscape was "
+                                                            "recorded in")
+            target = found
+            check_landscape(target, land)
+        others = tuple(o for o in lands if o is not land and o.target == land.target and o.imported == land.imported
+                       and (o.device_id, key_string(o.key)) != (land.device_id, key_string(land.key)))
         out.append(Problem(land, target, root, others))
     return out
 

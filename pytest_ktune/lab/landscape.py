@@ -99,6 +99,9 @@ class Landscape:
     recorded: str = ""
     samples: int | None = None  # samples per point asked of the timer; None: the backend's default
     note: str = ""
+    # Where a landscape recorded elsewhere came from (``lab.ktcache``: a Kernel Tuner cache file): no
+    # ktune target stands behind it, and its feasible configurations are exactly its rows.
+    origin: Mapping[str, Any] | None = None
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -113,6 +116,11 @@ class Landscape:
     def label(self) -> str:
         return f"{self.name} " + "-".join(f"{k}{v}" if isinstance(v, (int, float)) else str(v)
                                           for k, v in self.key.items())
+
+    @property
+    def imported(self) -> bool:
+        """Recorded by another tool: there is no ktune target, no launch to probe, no source to hash."""
+        return self.origin is not None
 
     @property
     def timed(self) -> list[Point]:
@@ -140,6 +148,8 @@ class Landscape:
                 "space": {"params": self.space_params(), "constraints": list(self.space["constraints"])},
                 "ktune_version": self.ktune_version, "recorded": self.recorded, "samples": self.samples,
                 "note": self.note, "count": len(self.points)}
+        if self.origin is not None:
+            head["origin"] = dict(self.origin)
         text = json.dumps(head, sort_keys=False)
         rows = ",\n".join(json.dumps(p.to_json()) for p in self.points)
         return text[:-1] + ', "rows": [\n' + rows + "\n]}\n"
@@ -232,7 +242,7 @@ def parse(data: Any, path: Path | None = None) -> Landscape:
                          source_hash=str(data["source_hash"]), space=space,
                          ktune_version=str(data["ktune_version"]), points=points,
                          recorded=str(data.get("recorded", "")), samples=data.get("samples"),
-                         note=str(data.get("note", "")), path=path)
+                         note=str(data.get("note", "")), origin=_origin(data.get("origin")), path=path)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise LandscapeError(f"the landscape is damaged: {type(exc).__name__}: {exc}", where=where,
                              hint=_HINT_DAMAGED) from None
@@ -250,6 +260,14 @@ def parse(data: Any, path: Path | None = None) -> Landscape:
             raise LandscapeError(f"the row {dict(p.params)} is not a point of the landscape's space",
                                  where=where, hint=_HINT_DAMAGED)
     return land
+
+
+def _origin(raw: Any) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ValueError("the origin must be an object")
+    return dict(raw)
 
 
 def _parse_point(raw: Mapping[str, Any]) -> Point:

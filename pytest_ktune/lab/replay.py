@@ -26,6 +26,7 @@ from pytest_ktune.core.store import Record, Store
 from pytest_ktune.core.target import Target
 from pytest_ktune.lab.landscape import CaseTiming, Landscape, LandscapeError, Point, space_of
 from pytest_ktune.measure.worker import ABOutcome, CaseTime, Outcome, WorkerSpec
+from pytest_ktune.tuner.equivalence import classes
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.storage import MEMORY
 from pytest_ktune.tuner.tune import tune_key
@@ -98,6 +99,10 @@ class ReplayPool:
             yield Outcome(dict(cfg), "ok", times=self._times(p), compile_s=p.compile_s)
 
     def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+        if self.landscape.imported and config_key(current) not in self.points:
+            # A stand-in target has no default, so a replay of an imported landscape has nothing to set
+            # its best against: the trace is what the replay is for.
+            return ABOutcome("failed", "the landscape was recorded elsewhere: no configuration in use to A/B against")
         a, b = self._point(current), self._point(candidate)
         if a.state != "ok" or b.state != "ok":
             bad = a if a.state != "ok" else b
@@ -154,10 +159,14 @@ def replay_tune(root: Path, target: Target, land: Landscape, *, sampler: str, tr
                 sampler_factory: Callable[[Any], Any] | None = None) -> Replay:
     """Run ``tune_key`` on the landscape: ``trials`` timed trials, an in-memory study, no report.
     ``records`` stand in for the params file (warm starts from other keys and devices); ``priors``
-    and ``sampler_factory`` are as in TuneSettings and TuneContext."""
+    and ``sampler_factory`` are as in TuneSettings and TuneContext. An imported landscape replays
+    on its stand-in target (``lab.standin``), without device priors."""
 
-    by_key = cases_by_key(target, land.backend)
-    found = by_key.get(key_string(land.key))
+    if land.imported:
+        found: tuple[dict[str, Any], list[int]] | None = (dict(land.key), [])
+        priors = False  # a stand-in target has no launch to probe (lab.standin)
+    else:
+        found = cases_by_key(target, land.backend).get(key_string(land.key))
     if found is None:
         raise LandscapeError(f"{target.name} has no case with the landscape's key {key_string(land.key)}",
                              where=land.where, hint="replay it in the project it was recorded in")
@@ -180,6 +189,15 @@ def replay_tune(root: Path, target: Target, land: Landscape, *, sampler: str, tr
     pool = holder[0]
     return Replay(trace=tuple(pool.trace), best_params=dict(out.best_params), accepted=out.accepted,
                   decision=out.decision)
+
+
+def classes_of(target: Target, land: Landscape) -> dict[str, str]:
+    """The landscape's equivalent configurations (``tuner.equivalence``), from the launches its target's
+    function makes for the key's cases; none for an imported landscape, which has no launches."""
+    if land.imported:
+        return {}
+    found = cases_by_key(target, land.backend).get(key_string(land.key))
+    return classes(target, land.backend, found[1] if found else [], [dict(p.params) for p in land.points])
 
 
 def record_of(land: Landscape, params: Mapping[str, Value], device: str | None = None) -> Record:

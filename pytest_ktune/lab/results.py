@@ -40,6 +40,12 @@ class StrategyResult:
     def final_over_optimum(self, optimum: float, budget: int) -> float:
         return statistics.median(best_so_far(t, budget)[-1] / optimum for t in self.traces)
 
+    def reached_after(self, optimum: float, trials: int) -> float:
+        """The median over seeds of the fraction of the optimum reached after ``trials`` trials
+        (optimum ÷ best so far: 1 at the optimum, 0.5 at twice its time; 0 with nothing timed)."""
+        return statistics.median(optimum / b if math.isfinite(b) else 0.0
+                                 for b in (best_so_far(t, trials)[-1] for t in self.traces))
+
     def curve(self, budget: int) -> list[float]:
         """The median over seeds of the best so far after each trial."""
         curves = [best_so_far(t, budget) for t in self.traces]

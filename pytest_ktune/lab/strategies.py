@@ -17,10 +17,11 @@ from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import DEFAULT_SAMPLER
-from pytest_ktune.core.space import Space
+from pytest_ktune.core.space import config_key
 from pytest_ktune.core.target import Target
+from pytest_ktune.lab.ktcache import problem_size, write_cache
 from pytest_ktune.lab.landscape import Landscape
-from pytest_ktune.lab.replay import record_of, replay_tune
+from pytest_ktune.lab.replay import classes_of, record_of, replay_tune
 
 KT_STRATEGIES = ("random_sample", "simulated_annealing", "pso", "genetic_algorithm", "bayes_opt",
                  "firefly_algorithm", "diff_evo", "greedy_ils", "mls", "dual_annealing", "basinhopping")
@@ -45,7 +46,8 @@ class SkipStrategy(Exception):
 
 @dataclass(frozen=True)
 class Problem:
-    """One landscape to search, with its target and the landscapes of the target's other keys."""
+    """One landscape to search, with its target (an imported landscape's stand-in) and the landscapes
+    of the target's other keys and devices."""
 
     land: Landscape
     target: Target
@@ -74,6 +76,9 @@ def run_optuna(problem: Problem, sampler: str, budget: int, seed: int, noise: bo
     return [v for _, v in r.trace][:budget]
 
 
+_FIRST: dict[tuple[int, str, int, int, bool], Any] = {}  # the records of other landscapes, per process
+
+
 def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: str | None = None) -> Trace:
     """The default strategy, as ``ktune tune`` runs it: the params file holds what earlier tunes of the
     target's other keys found (here: a replay of ``ktune`` on each other landscape with the same seed
@@ -83,31 +88,15 @@ def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: st
     sampler = sampler or DEFAULT_SAMPLER
     records = []
     for other in problem.others:
-        first = replay_tune(problem.root, problem.target, other, sampler=sampler,
-                            trials=min(budget, len(other.timed)), seed=seed, noise=noise)
-        records.append(record_of(other, first.best_params))
+        memo = (id(other), sampler, budget, seed, noise)  # the same for every landscape it warms
+        if memo not in _FIRST:
+            first = replay_tune(problem.root, problem.target, other, sampler=sampler,
+                                trials=min(budget, len(other.timed)), seed=seed, noise=noise)
+            _FIRST[memo] = record_of(other, first.best_params)
+        records.append(_FIRST[memo])
     r = replay_tune(problem.root, problem.target, problem.land, sampler=sampler, trials=budget, seed=seed,
                     noise=noise, records=records)
     return [v for _, v in r.trace][:budget]
-
-
-def kt_cache(land: Landscape) -> dict[str, Any]:
-    """Kernel Tuner's cache file for the landscape: every recorded point, times in ms; failures as
-    Kernel Tuner names them."""
-    names = list(land.space["params"])
-    cache: dict[str, Any] = {}
-    for p in land.points:
-        entry: dict[str, Any] = dict(p.params)
-        if p.state == "ok":
-            ms = p.value_us / 1000
-            entry.update(time=ms, times=[ms], compile_time=p.compile_s * 1000, verification_time=0,
-                         benchmark_time=ms)
-        else:
-            failed = "CompilationFailedConfig" if p.reason.startswith("compile error") else "RuntimeFailedConfig"
-            entry.update(time=failed, compile_time=p.compile_s * 1000, verification_time=0, benchmark_time=0)
-        cache[",".join(str(p.params[n]) for n in names)] = entry
-    return {"device_name": land.device_id, "kernel_name": land.name, "problem_size": [1],
-            "tune_params_keys": names, "tune_params": land.space_params(), "objective": "time", "cache": cache}
 
 
 def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, folder: Path) -> Trace:
@@ -121,11 +110,9 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
     tag = hashlib.sha256(json.dumps([land.target, land.device_id, dict(land.key)], sort_keys=True).encode())
     path = folder / f"{land.name}-{tag.hexdigest()[:12]}.json"
     if not path.exists():  # seeds may run side by side: write whole, then rename
-        part = path.with_suffix(f".{os.getpid()}.part")
-        part.write_text(json.dumps(kt_cache(land)))
-        part.replace(path)
+        write_cache(land, path.with_suffix(f".{os.getpid()}.part")).replace(path)
     names = list(land.space["params"])
-    space = Space(constraints=list(land.space["constraints"]), **land.space_params())
+    space = problem.target.space  # an imported landscape's stand-in lists its feasible points
     key = dict(land.key)
 
     def allowed(p: Mapping[str, Any]) -> bool:
@@ -137,20 +124,24 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
         warnings.simplefilter("ignore")
         try:
             results, _ = kernel_tuner.tune_kernel(
-                land.name, "__global__ void replayed() {}", [1], [], land.space_params(), lang="CUDA",
+                land.name, "__global__ void replayed() {}", problem_size(land), [], land.space_params(), lang="CUDA",
                 restrictions=allowed, cache=str(path), simulation_mode=True, strategy=strategy,
                 strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
         except Exception as exc:  # a strategy's own failure is reported, not raised
             raise SkipStrategy(f"Kernel Tuner's {strategy} failed: {type(exc).__name__}: {exc}") from None
-    values = {",".join(str(p.params[n]) for n in names): p.value_us for p in land.points}
+    values = {",".join(str(p.params[n]) for n in names): p for p in land.points}
+    cls = classes_of(problem.target, land)
     trace: list[float] = []
     seen: set[str] = set()
     for r in results:
-        k = ",".join(str(r[n]) for n in names)
-        if k in seen or k not in values:
-            continue  # a repeat is served from Kernel Tuner's cache, not timed again
-        seen.add(k)
-        trace.append(values[k])
+        p = values.get(",".join(str(r[n]) for n in names))
+        if p is None:
+            continue
+        c = cls.get(config_key(p.params), config_key(p.params))
+        if c in seen:
+            continue  # a repeat is served from Kernel Tuner's cache, an equivalent one from ours: not timed again
+        seen.add(c)
+        trace.append(p.value_us)
     return trace[:budget]
 
 

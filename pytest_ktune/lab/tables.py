@@ -25,18 +25,31 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
                   f"{len(lr.land.points)} configurations, {len(lr.land.timed)} timed; optimum "
                   f"{opt.value_us:.3f} µs at {_params(opt.params)}; budget {lr.budget}.", "",
-                  "| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | final ÷ optimum |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  *_imported(lr),
+                  "| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | of the optimum after "
+                  "10 trials | after 20 | final ÷ optimum |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for r in lr.results:
             if r.skipped:
-                lines.append(f"| {r.strategy} | skipped: {r.skipped} | | | | |")
+                lines.append(f"| {r.strategy} | skipped: {r.skipped} | | | | | | |")
                 continue
             o = lr.optimum_us
             lines.append(f"| {r.strategy} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
                          f"{trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
-                         f"{r.hit_rate(o, 0.05):.0%} | {r.final_over_optimum(o, lr.budget):.3f} |")
+                         f"{r.hit_rate(o, 0.05):.0%} | {r.reached_after(o, min(10, lr.budget)):.3f} | "
+                         f"{r.reached_after(o, min(20, lr.budget)):.3f} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _imported(lr: LandscapeResult) -> list[str]:
+    """The note a landscape recorded elsewhere gets: what the default strategy runs without there."""
+    if not lr.land.imported:
+        return []
+    origin = lr.land.origin or {}
+    return [f"Recorded elsewhere ({origin.get('format', 'imported')}: {origin.get('file', '?')}): no ktune target "
+            "stands behind it, so the device priors, which need the target's launch, are off, and there is "
+            "no default; `ktune` starts from what it found on the other keys and devices given with it.", ""]
 
 
 def _params(p: Mapping[str, Value]) -> str:
@@ -59,6 +72,8 @@ def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict
                     "trials_to_3pct": r.reached(o, 0.03), "trials_to_5pct": r.reached(o, 0.05),
                     "hit_rate_3pct": r.hit_rate(o, 0.03), "hit_rate_5pct": r.hit_rate(o, 0.05),
                     "final_over_optimum": r.final_over_optimum(o, lr.budget),
+                    "of_optimum_after_10": r.reached_after(o, min(10, lr.budget)),
+                    "of_optimum_after_20": r.reached_after(o, min(20, lr.budget)),
                     "median_best_so_far_us": r.curve(lr.budget)})
             strategies.append(row)
         out["landscapes"].append({"file": str(lr.land.path) if lr.land.path else None, "target": lr.land.target,

@@ -171,7 +171,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @functools.lru_cache(maxsize=512)
-def _identifiers(*texts: str) -> frozenset[str] | None:
+def identifiers(*texts: str) -> frozenset[str] | None:
     """Every identifier of ``texts``; None where one of them pastes tokens (``##``), which can make a name
     that the text never spells."""
     if any("##" in t for t in texts):
@@ -193,7 +193,7 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
     text = target.source_text(backend.name) if source is None else source
     path = target.source_path(backend.name)
     macros = getattr(backend, "defines_are_macros", False) is True
-    named = _identifiers(text, *include_closure(path, text, read_local).values()) if macros else None
+    named = identifiers(text, *include_closure(path, text, read_local).values()) if macros else None
     defines = {**extra_defines, **params}
     # An unnamed parameter keeps its name in the key, not its value: a name that the compiler's own headers
     # use (read_only on OpenCL) changes the code or breaks the build, and it is compiled once as itself.

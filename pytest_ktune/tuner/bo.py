@@ -17,9 +17,10 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
   uncertainty is largest in. A better timing moves the centre, and the search narrows again.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
-steers the search away from where compiles or launches fail. With fewer than two timings, a random
-untried configuration is proposed (the tuner's warm starts normally come first). Beyond Optuna, only
-numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
+steers the search away from where compiles or launches fail; one being timed counts as what the
+model expects of it (a kriging believer), so that the proposals of one batch spread out. With fewer
+than two timings, a random untried configuration is proposed (the tuner's warm starts normally come
+first). Beyond Optuna, only numpy is needed; Optuna's own ``gp`` sampler needs torch and scipy.
 """
 
 from __future__ import annotations
@@ -153,29 +154,68 @@ class Inputs:
         return np.asarray(rows, float).reshape(len(configs), len(self.columns))
 
 
+class Positions:
+    """The feasible configurations as rows of value positions, so that steps are counted for all of
+    them at once (a space of thousands of configurations is searched a hundred times in a tune)."""
+
+    def __init__(self, feasible: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]]) -> None:
+        self.feasible = list(feasible)
+        self.keys = [config_key(c) for c in self.feasible]
+        names = list(params)
+        self.numeric = np.asarray([all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params[n])
+                                   for n in names], bool)
+        self.index = [{v: i for i, v in enumerate(sorted(params[n], key=float) if num else params[n])}
+                      for n, num in zip(names, self.numeric, strict=True)]
+        self.names = names
+        self.pos = np.asarray([self.row(c) for c in self.feasible], float).reshape(len(self.feasible), len(names))
+
+    def row(self, config: Mapping[str, Value]) -> list[int]:
+        return [self.index[j][config[n]] for j, n in enumerate(self.names)]
+
+    def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int]) -> np.ndarray:
+        """``steps`` from ``centre`` to each of the configurations numbered ``rows``."""
+        d = np.abs(self.pos[list(rows)] - np.asarray(self.row(centre), float))
+        d[:, ~self.numeric] = d[:, ~self.numeric] > 0
+        out: np.ndarray = d.sum(1)
+        return out
+
+
 def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
-            params: Mapping[str, Sequence[Value]], rng: random.Random) -> Mapping[str, Value] | None:
+            params: Mapping[str, Sequence[Value]], rng: random.Random,
+            positions: Positions | None = None) -> Mapping[str, Value] | None:
     """The untried feasible configuration of highest expected improvement; None when all were tried.
 
     ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
-    failed on the device; ``busy``: those being timed now or queued."""
+    failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
+    as Positions, made once by a caller that proposes many times."""
+    at = positions if positions is not None else Positions(feasible, params)
     tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
-    untried = [c for c in feasible if config_key(c) not in tried]
-    if not untried:
+    rows = [i for i, k in enumerate(at.keys) if k not in tried]
+    if not rows:
         return None
     seen: dict[str, tuple[Mapping[str, Value], float]] = {}
     for c, v in timed:
         if v > 0 and math.isfinite(v):
             seen.setdefault(config_key(c), (c, math.log(v)))
     if len(seen) < 2:
-        return rng.choice(untried)
+        return at.feasible[rng.choice(rows)]
     worst = max(y for _, y in seen.values())
     points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
     encode = Inputs(params)
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+    pending = [c for c in busy if config_key(c) not in seen]
+    if pending:
+        # Kriging believer: a configuration being timed counts as what the model expects of it, so the
+        # next proposal of a batch goes where the model still expects something new.
+        mu_p, _ = gp.predict(encode(pending))
+        believed = list(mu_p * gp.std + gp.mean)
+        points += list(zip(pending, believed, strict=True))
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
     centre = min(seen.values(), key=lambda cy: cy[1])[0]
-    near = nearest(untried, centre, params)
+    dist = at.steps_from(centre, rows)
+    least = dist.min()
+    near = [at.feasible[r] for r, d in zip(rows, dist, strict=True) if d == least]
     mu, sd = gp.predict(encode(near))
     ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
     return near[int(np.argmax(ei))]
@@ -202,6 +242,7 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.feasible = list(feasible)
         self.params: Mapping[str, Sequence[Value]] = encoding.values
         self.rng = random.Random(seed)
+        self.positions = Positions(self.feasible, self.params) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
     def reseed_rng(self) -> None:
@@ -229,7 +270,8 @@ class BoSampler(optuna.samplers.BaseSampler):
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)
-        pick = propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng)
+        pick = propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
+                       positions=self.positions)
         return {} if pick is None else dict(self.encoding.encode(pick))
 
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:

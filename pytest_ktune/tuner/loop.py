@@ -29,8 +29,12 @@ class StudyLoop:
     """The ask / evaluate / tell loop of one study; shared by the tuner and `ktune worker`."""
 
     def __init__(self, study: optuna.Study, encoding: Encoding, target: Target, *, key: Mapping[str, Any],
-                 pool: CandidatePool, settings: TuneSettings) -> None:
+                 pool: CandidatePool, settings: TuneSettings, classes: Mapping[str, str] | None = None) -> None:
         self.study = study
+        # Equivalent configurations (``equivalence``): one of a class timed, the others are answered from it.
+        self.classes = dict(classes or {})
+        # The budget, at most one trial a class: once every class is timed there is nothing new to time.
+        self.budget = min(settings.trials, len(set(self.classes.values()))) if self.classes else settings.trials
         self.enc = encoding
         self.target = target
         self.key = dict(key)
@@ -81,7 +85,7 @@ class StudyLoop:
         stuck = 0  # proposals in a row that timed nothing new
         limit = max(50, 3 * self.target.space.size)
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(3), "little")
-        while self.timed() < settings.trials:
+        while self.timed() < self.budget:
             if deadline is not None and time.monotonic() > deadline:
                 return True
             batch: list[tuple[Any, dict[str, Value]]] = []
@@ -89,7 +93,7 @@ class StudyLoop:
             busy = 0
             while len(batch) < settings.batch:
                 busy = self.in_flight({t.number for t, _ in batch})
-                if self.timed() + busy + len(batch) >= settings.trials or fruitless > limit:
+                if self.timed() + busy + len(batch) >= self.budget or fruitless > limit:
                     break
                 if stuck >= STUCK_AFTER:
                     # The sampler keeps proposing what was seen: time a configuration it has not tried
@@ -98,7 +102,7 @@ class StudyLoop:
                     stuck = 0
                 trial = self.study.ask(self.enc.distributions)
                 cfg = self.enc.decode(trial.params)
-                ck = config_key(cfg)
+                ck = self._class(cfg)
                 broken = self.target.space.violated(cfg, self.key)
                 if broken:
                     trial.set_user_attr("infeasible", "; ".join(broken))
@@ -118,10 +122,14 @@ class StudyLoop:
                     continue
                 if twin is not None:
                     trial.set_user_attr("duplicate", twin.number)
+                    same = config_key(self.enc.decode(twin.params)) == config_key(cfg)
+                    if not same:
+                        trial.set_user_attr("equivalent", "the same program and launches")
                     self.study.tell(trial, twin.value)
                     fruitless += 1
-                    self._row(trial.number, cfg, "duplicate", twin.value,
-                              reason=f"same as trial {twin.number}", attrs=trial.user_attrs)
+                    self._row(trial.number, cfg, "duplicate", twin.value, attrs=trial.user_attrs,
+                              reason=f"same as trial {twin.number}" if same else
+                              f"equivalent to trial {twin.number}: the same program and launches")
                     stuck += 1
                     continue
                 earlier = self._broken_before(trial.number, ck)
@@ -152,18 +160,23 @@ class StudyLoop:
     def _explore(self, in_batch: Collection[str], seed: int) -> None:
         """Queue one feasible configuration the study has neither tried nor queued, drawn at random
         (seeded by the run's seed and the study's size, so a replay repeats itself)."""
-        known = {config_key(self.enc.decode(t.params)) for t in self._trials() if t.params} | set(in_batch)
-        untried = [c for c in self.target.space.feasible(self.key) if config_key(c) not in known]
+        known = {self._class(self.enc.decode(t.params)) for t in self._trials() if t.params} | set(in_batch)
+        untried = [c for c in self.target.space.feasible(self.key) if self._class(c) not in known]
         if untried:
             pick = random.Random(f"{seed}:{len(known)}").choice(untried)
             enqueue(self.study, self.enc, [("explore", pick)])
 
+    def _class(self, cfg: Mapping[str, Value]) -> str:
+        """The configuration's class: the configuration itself, unless equivalent ones were found."""
+        ck = config_key(cfg)
+        return self.classes.get(ck, ck)
+
     def _twin(self, number: int, ck: str) -> Any:
-        """The lowest-numbered other trial with the same configuration that is running or complete."""
+        """The lowest-numbered other trial of the same class (``ck``) that is running or complete."""
         from optuna.trial import TrialState
 
         for t in sorted(self._trials(TrialState.COMPLETE, TrialState.RUNNING), key=lambda t: t.number):
-            if t.number != number and t.params and config_key(self.enc.decode(t.params)) == ck and \
+            if t.number != number and t.params and self._class(self.enc.decode(t.params)) == ck and \
                     "duplicate" not in t.user_attrs:
                 return t if t.number < number or t.state == TrialState.COMPLETE else None
         return None
@@ -175,7 +188,7 @@ class StudyLoop:
 
         for t in self._trials(TrialState.FAIL):
             if t.number != number and t.params and ("failed" in t.user_attrs or "infeasible" in t.user_attrs) \
-                    and config_key(self.enc.decode(t.params)) == ck:
+                    and self._class(self.enc.decode(t.params)) == ck:
                 return t
         return None
 
@@ -221,7 +234,8 @@ def trial_rows(study: optuna.Study, enc: Encoding) -> list[Any]:
         a = t.user_attrs
         if t.state == TrialState.COMPLETE:
             state = "duplicate" if a.get("duplicate") is not None else "timed"
-            reason = f"same as trial {a['duplicate']}" if state == "duplicate" else ""
+            reason = "" if state != "duplicate" else f"equivalent to trial {a['duplicate']}: {a['equivalent']}" \
+                if "equivalent" in a else f"same as trial {a['duplicate']}"
         elif "infeasible" in a:
             state, reason = "infeasible", str(a["infeasible"])
         elif "failed" in a:

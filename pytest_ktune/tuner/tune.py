@@ -29,35 +29,37 @@ from pytest_ktune.measure.runtime import refuse_redefinitions
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
 from pytest_ktune.tuner.encoding import Encoding, check_space, label_study, stored_mode
+from pytest_ktune.tuner.equivalence import classes, representatives
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
 from pytest_ktune.tuner.outcome import StudySummary, TuneOutcome
-from pytest_ktune.tuner.priors import device_priors, element_types, in_bytes, leading
+from pytest_ktune.tuner.priors import device_priors, in_bytes, leading
 from pytest_ktune.tuner.progress import Progress
 from pytest_ktune.tuner.samplers import SamplerRequest, builtin_factory
 from pytest_ktune.tuner.samplers import unknown as unknown_sampler
 from pytest_ktune.tuner.settings import TuneContext
 from pytest_ktune.tuner.storage import open_storage, study_lock, study_name
+from pytest_ktune.tuner.transfer import is_near, record_distance
 
 
 def warm_starts(target: Target, store: Store | None, *, tid: str, device: str, key: Mapping[str, Any],
                  current: Mapping[str, Value]) -> list[tuple[str, dict[str, Value], bool]]:
     """The default, the parameters in use, and the best recorded for other keys and devices, each
     with whether it is near: the default and the parameters in use are, and so is a record of a key
-    with this key's element types (its dimensions that name a dtype); a record of a key with other
-    element types is timed after the device priors (tune_key), its vector widths carried over so
-    that each load moves as many bytes (``_priors.in_bytes``)."""
+    and device alike enough to this one (``transfer``: the key's dimensions in doublings, the element
+    sizes, the device), nearest first; a record farther than that is timed after the device priors
+    (tune_key), its vector widths carried over so that each load moves as many bytes
+    (``priors.in_bytes``)."""
 
-    types = element_types(key)
     out: list[tuple[str, dict[str, Value], bool]] = [("default", dict(target.default), True),
                                                      ("current", dict(current), True)]
     if store is not None:
         mine = key_string(key)
         others = [r for r in store.for_target(tid) if key_string(r.key) != mine or r.device != device]
-        others.sort(key=lambda r: (r.device != device, key_string(r.key)))
+        weighed = sorted((record_distance(key, device, r.key, r.device), r.device != device, key_string(r.key),
+                          i, r) for i, r in enumerate(others))
         # A record of another backend's space keeps the shared parameters (``Target.carry_over``).
         out.extend((f"recorded for {r.device} {key_string(r.key)}",
-                    in_bytes(target, target.carry_over(r.params), r.key, key), element_types(r.key) == types)
-                   for r in others)
+                    in_bytes(target, target.carry_over(r.params), r.key, key), is_near(d)) for d, *_, r in weighed)
     seen: set[str] = set()
     unique = []
     for label, cfg, near in out:
@@ -76,23 +78,24 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     before (what tuning found is the best guess), then the leading device priors; for a key not
     tuned yet, the leading device priors (``_priors``: the strongest guess computed for this key's
     own launch, with its 8-byte twin when it has one: ``_priors.leading``) before the default. Then
-    the best recorded for other keys and devices whose keys have this key's element types (the
-    dimensions that name a dtype); the other device priors; the best recorded for keys of other
-    element types, their vector widths carried over in bytes (``_priors.in_bytes``), which transfer
-    less well. The sampler (by default ``bo``, ``_bo``: a model of all the timings so far) proposes
-    the rest."""
+    the best recorded for other keys and devices near this one (``transfer``: alike in the key's
+    dimensions, element sizes and device), nearest first; the other device priors; the best
+    recorded for keys farther away, their vector widths carried over in bytes
+    (``_priors.in_bytes``), which transfer less well. The sampler (by default ``bo``, ``_bo``: a
+    model of all the timings so far) proposes the rest."""
     import optuna
     from optuna.trial import TrialState
-
 
     settings = ctx.settings
     settings.check(samplers=(settings.sampler,) if ctx.sampler_factory else SAMPLERS)
     started = time.monotonic()
     target = target.for_backend(ctx.backend)  # its space and default on this backend
-    # A source that redefines a parameter would fail every trial the same way: say so once, now.
+    # A source that redefines a parameter would fail every trial the same way: say so once, now. (A
+    # landscape's stand-in, ``lab.standin``, has no source: it is replayed, never compiled.)
     first = target.cases[case_indices[0]] if case_indices else None
-    refuse_redefinitions(target, target.source_path(ctx.backend), target.source_text(ctx.backend),
-                         target.default, target.defines(target.case_args(first)) if first is not None else {})
+    if ctx.backend in target.sources:
+        refuse_redefinitions(target, target.source_path(ctx.backend), target.source_text(ctx.backend),
+                             target.default, target.defines(target.case_args(first)) if first is not None else {})
     feasible = list(target.space.feasible(key))
     if not feasible:
         target.check_config(dict(target.default), key, "default configuration")  # raises, naming the target
@@ -101,6 +104,10 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     make = ctx.sampler_factory or builtin_factory(settings.sampler)
     if make is None:
         raise unknown_sampler(settings.sampler)
+    # Configurations that build the same program and make the same launches are one point: the
+    # sampler proposes one of each class, and the loop answers the others from it.
+    cls = classes(target, ctx.backend, case_indices, feasible)
+    points = representatives(feasible, cls)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     tid = target_id(target, ctx.root)
     spec = WorkerSpec(target=TargetRef.of(target), backend=ctx.backend, cases=tuple(case_indices),
@@ -122,7 +129,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             try:
                 enc = Encoding.for_sampler(target, settings.sampler, stored_mode(storage, name))
                 check_space(storage, name, enc, target, storage_name)
-                sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(feasible)))
+                sampler = make(SamplerRequest(settings.sampler, settings.seed, enc, tuple(points)))
                 study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                             direction="minimize", load_if_exists=True)
                 label_study(study, enc)
@@ -158,10 +165,10 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             for group in (*groups, near, priors[lead:], far):
                 enqueue(study, enc, group)
             if settings.sampler == "grid":
-                enqueue(study, enc, [("grid", p) for p in feasible])
-            loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings)
+                enqueue(study, enc, [("grid", p) for p in points])
+            loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings, classes=cls)
             label = f"{target.name} {key_label(key)}"
-            total = min(settings.trials, len(feasible))
+            total = min(settings.trials, len(points))
             with Progress(label, total, stream=ctx.progress) as bar:
                 def tick() -> None:
                     best = best_trial(study)

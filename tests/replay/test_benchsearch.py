@@ -16,7 +16,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.lab.benchsearch import bench, problems_for
 from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.results import BenchSettings, StrategyResult, budget_for, summary_lines
-from pytest_ktune.lab.strategies import best_so_far, kt_cache, trials_to
+from pytest_ktune.lab.strategies import best_so_far, trials_to
 
 from ._data import LANDSCAPES as LANDSCAPES_DIR
 from ._data import RMSNORM, ROOT, SILU, landscape
@@ -34,6 +34,14 @@ def test_trials_count_from_one_and_failures_never_lower_the_best() -> None:
     assert r.hit_rate(4.0, 0.03) == pytest.approx(2 / 3)
 
 
+def test_the_fraction_of_the_optimum_after_a_few_trials_is_the_median_over_seeds() -> None:
+    # Seeds at 2x, 1.25x and 1x of the optimum after two trials: the median reaches 0.8 of it.
+    r = StrategyResult("x", traces=[[8.0, 8.0, 4.0], [8.0, 5.0], [4.0], [math.inf, math.inf]])
+    assert r.reached_after(4.0, 1) == pytest.approx(0.5)  # 0.5, 0.5, 1 and nothing timed (0)
+    assert r.reached_after(4.0, 2) == pytest.approx((0.5 + 0.8) / 2)
+    assert r.reached_after(4.0, 3) == pytest.approx(0.9)
+
+
 def test_a_budget_larger_than_the_space_is_an_error_naming_the_landscape() -> None:
     land = landscape(RMSNORM)
     assert budget_for(land, None) == 20
@@ -46,14 +54,6 @@ def test_an_unknown_strategy_lists_the_known_ones() -> None:
     with pytest.raises(KtuneError, match="unknown strategy 'hyperband'") as err:
         bench(problems_for(ROOT, [RMSNORM]), BenchSettings(strategies=("hyperband",)), progress=False)
     assert "kt:simulated_annealing" in (err.value.hint or "")
-
-
-def test_kernel_tuner_cache_holds_every_point_in_milliseconds() -> None:
-    land = landscape(SILU)
-    doc = kt_cache(land)
-    assert doc["tune_params_keys"] == ["BLOCK", "VEC", "ITEMS"]
-    assert len(doc["cache"]) == 60
-    assert doc["cache"]["128,8,1"]["time"] == pytest.approx(land.optimum.value_us / 1000)
 
 
 def test_a_landscape_of_a_changed_kernel_is_refused(tmp_path: Path) -> None:

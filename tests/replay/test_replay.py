@@ -88,17 +88,22 @@ def test_every_committed_landscape_matches_the_example_project() -> None:
         check_landscape(target(land.name), land)
 
 
-def test_the_best_recorded_for_another_key_is_timed_after_the_first_prior() -> None:
+def test_a_record_of_a_key_alike_comes_before_the_other_priors_and_one_far_away_after_them() -> None:
+    # A key twice as large (one doubling away) says much about this one; a key 16 times smaller (four
+    # doublings) says little: its best is timed only after every prior computed for this key's launch.
     from pytest_ktune.lab.replay import record_of
 
     land = landscape(SILU)
-    other = replace(land, key={"T": 16, "I": 14336, "dtype": "float16"})
-    seen = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
-    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=4, seed=0,
-                    records=[record_of(other, seen)])
-    # one 16-byte vector per thread, the default, the other key's best, one 8-byte vector per thread
-    assert [c for c, _ in r.trace[:4]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
-                                           seen, {"BLOCK": 256, "VEC": 4, "ITEMS": 1}]
+    alike = replace(land, key={"T": 512, "I": 14336, "dtype": "float16"})
+    far = replace(land, key={"T": 16, "I": 14336, "dtype": "float16"})
+    seen_alike = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
+    seen_far = {"BLOCK": 128, "VEC": 8, "ITEMS": 2}
+    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
+                    records=[record_of(far, seen_far), record_of(alike, seen_alike)])
+    # one 16-byte vector per thread, the default, the alike key's best, one 8-byte vector per thread,
+    # the far key's best
+    assert [c for c, _ in r.trace[:5]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
+                                           seen_alike, {"BLOCK": 256, "VEC": 4, "ITEMS": 1}, seen_far]
 
 
 def test_a_key_tuned_before_times_its_parameters_first() -> None:

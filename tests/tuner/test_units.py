@@ -254,12 +254,12 @@ def test_warm_starts_in_order_valid_and_once_each(tmp_path: Path) -> None:
     ]
     store = Store(tmp_path / "ktune-params.json", records)
     starts = warm_starts(TARGET, store, tid=target_id(TARGET, ROOT), device=DEVICE, key=KEY, current=current)
-    assert starts == [  # keys without a dtype: every record is of the same element types, so near
-        ("default", dict(TARGET.default), True),
+    assert starts == [  # nearest first: this key on another device (1), then twice the key here and half
+        ("default", dict(TARGET.default), True),  # of it on another device (2 each: this device first)
         ("current", current, True),
+        ("recorded for Other Device [opencl] N=512", elsewhere, True),
         (f"recorded for {DEVICE} N=2048", near, True),
         ("recorded for Other Device [opencl] N=256", far, True),
-        ("recorded for Other Device [opencl] N=512", elsewhere, True),
     ]
     assert len({config_key(c) for _, c, _ in starts}) == len(starts)
     assert all(TARGET.space.valid(c, KEY) for _, c, _ in starts)
