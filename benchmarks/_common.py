@@ -8,7 +8,8 @@ import math
 import platform
 import shlex
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,19 @@ def add_repo_to_path() -> None:
     root = str(ROOT)
     if root not in sys.path:
         sys.path.insert(0, root)
+
+
+def time_calls(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> tuple[float, float]:
+    """Host seconds per call of ``fn`` called ``calls`` times in a loop with one ``sync`` at the end (the
+    loop's time before the sync, divided by the calls), and the wall seconds per call, the sync included."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    sync()
+    t2 = time.perf_counter()
+    return (t1 - t0) / calls, (t2 - t0) / calls
 
 
 def command_line() -> str:

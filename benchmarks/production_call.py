@@ -28,13 +28,12 @@ import importlib
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, versions
+from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, time_calls, versions
 
 TOKENS = (1, 16, 256)
 HIDDEN = 4096
@@ -51,17 +50,6 @@ def _liger() -> tuple[Any, Any] | str:
     except Exception as exc:  # not installed, or a build that does not import here
         return f"not installed ({type(exc).__name__})"
     return rms_norm.LigerRMSNormFunction, swiglu.LigerSiLUMulFunction
-
-
-def _time(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> tuple[float, float]:
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    sync()
-    t2 = time.perf_counter()
-    return (t1 - t0) / calls, (t2 - t0) / calls
 
 
 def _raw(target: Any, backend: Any, bound: dict[str, Any]) -> Callable[[], Any]:
@@ -178,7 +166,7 @@ def main() -> int:
             names = list(methods)
             for r in range(args.repeats):
                 for m in names[r % len(names):] + names[:r % len(names)]:
-                    samples[m].append(_time(methods[m], args.calls, sync))
+                    samples[m].append(time_calls(methods[m], args.calls, sync))
             host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
             params, source = _params(target, backend, bound)
             row = {"op": op, "T": t, "params": params, "params_from": source, "host_us": host,

@@ -25,13 +25,12 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, versions
+from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, time_calls, versions
 
 SIZES = (1000, 10_000, 100_000)
 GOAL = 1.3
@@ -45,17 +44,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def _time(fn: Callable[[], Any], calls: int, finish: Callable[[], None]) -> tuple[float, float]:
-    finish()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    finish()
-    t2 = time.perf_counter()
-    return (t1 - t0) / calls, (t2 - t0) / calls
 
 
 def main() -> int:
@@ -115,7 +103,7 @@ def main() -> int:
         names = list(methods)
         for r in range(args.repeats):
             for m in names[r % len(names):] + names[:r % len(names)]:
-                samples[m].append(_time(methods[m], args.calls, queue.finish))
+                samples[m].append(time_calls(methods[m], args.calls, queue.finish))
         host = {m: statistics.median(s[0] for s in v) for m, v in samples.items()}
         wall = {m: statistics.median(s[1] for s in v) for m, v in samples.items()}
         paired = statistics.median(k[0] / b[0] for k, b in zip(samples["ktune call"], samples["pyopencl x * 2"],
