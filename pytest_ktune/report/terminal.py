@@ -61,10 +61,12 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
 
 
 WIDTH = 120  # notes wrap at this width
-# Target and case names longer than these are cut short with "…"; the numbers never are. The caps do
-# not depend on the other columns, so a name is shown whole or cut the same way on every host.
-TARGET_WIDTH = 32
-CASE_WIDTH = 40
+# Target and case names longer than these are cut short with "…"; the numbers never are (the baseline
+# column is in µs, as the time's). The caps do not depend on the other columns, so a name is shown
+# whole or cut the same way on every host, and a table without the GFLOP/s columns fits WIDTH columns
+# whatever its numbers (up to a million µs and 10,000 GB/s).
+TARGET_WIDTH = 24
+CASE_WIDTH = 36
 
 
 def _wrap(text: str) -> list[str]:
@@ -84,17 +86,18 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
 
     Where every result ran on one device (the usual run), the device is said once, above the table;
     otherwise each row names its backend and device. Target and case names longer than
-    ``TARGET_WIDTH`` and ``CASE_WIDTH`` are cut."""
+    ``TARGET_WIDTH`` and ``CASE_WIDTH`` are cut, so that a one-device table fits ``WIDTH`` columns; the
+    GFLOP/s columns, where a target declares ``flops=``, make it wider."""
     devices = {(r.backend, r.device) for r in results}
     one = len(devices) == 1
-    header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline µs", "ratio", "GB/s",
+    header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline", "ratio", "GB/s",
               "% copy BW", "verdict"]
     rows = [[r.target, r.case, *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
              _us(r.baseline_us), f"{r.ratio:.3f}" if r.ratio is not None else "-",
              f"{r.gbps:.1f}" if r.gbps is not None else "-",
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
-    right = {i for i, h in enumerate(header) if h in ("time µs", "baseline µs", "ratio", "GB/s", "% copy BW")}
+    right = {i for i, h in enumerate(header) if h in ("time µs", "baseline", "ratio", "GB/s", "% copy BW")}
     if any(r.rate is not None for r in results):
         at = header.index("verdict")
         header[at:at] = RATE_HEADER

@@ -20,7 +20,7 @@ FEW = "T64-H4096-float32 or T16-I14336-float32"
 
 # One device: it is named once, above the table ("on opencl / DEVICE"), not on every row. The GFLOP/s
 # columns show because some example targets declare flops=.
-TABLE_HEADER = ["target", "case", "time µs", "baseline µs", "ratio", "GB/s", "% copy BW", "GFLOP/s",
+TABLE_HEADER = ["target", "case", "time µs", "baseline", "ratio", "GB/s", "% copy BW", "GFLOP/s",
                 "% FMA peak", "bound", "verdict"]
 
 

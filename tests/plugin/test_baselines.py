@@ -11,7 +11,7 @@ import pytest_ktune
 from ._kit import Project, add_target, case, scale_target, summary_rows, table_header
 
 # One device: it is named once, above the table ("on opencl / DEVICE"), not on every row.
-TABLE_HEADER = ["target", "case", "time µs", "baseline µs", "ratio", "GB/s", "% copy BW", "verdict"]
+TABLE_HEADER = ["target", "case", "time µs", "baseline", "ratio", "GB/s", "% copy BW", "verdict"]
 
 # Two cases share the key N=4096, so they share one record; the third has a record of its own.
 SCALE = scale_target(

@@ -20,22 +20,28 @@ def test_one_device_is_named_once_and_long_names_are_cut() -> None:
     lines = summary_table(results)
     assert lines[0] == f"on opencl / {DEVICE}"
     assert sum(DEVICE in line for line in lines) == 1
-    assert lines[1].split() == ["target", "case", "time", "µs", "baseline", "µs", "ratio", "GB/s", "%", "copy", "BW",
+    assert lines[1].split() == ["target", "case", "time", "µs", "baseline", "ratio", "GB/s", "%", "copy", "BW",
                                 "verdict"]
     assert "fused_add_rmsnorm" in lines[3] and "T16384-H4096-float16" in lines[3]
-    # The long names are cut at their caps, not the numbers.
+    # The long names are cut at their caps, not the numbers; without GFLOP/s columns the lines fit 120.
     assert f"{results[1].target[:TARGET_WIDTH - 1]}… " in lines[4]
     assert f"{results[1].case[:CASE_WIDTH - 1]}… " in lines[4]
     assert lines[4].rstrip().endswith("no baseline") and "1,235" in lines[4]
+    assert all(len(line) <= 120 for line in lines), [len(line) for line in lines]
 
 
 def test_names_the_caps_allow_are_whole_however_wide_the_other_columns() -> None:
-    # The example's longest names, beside wide numbers and a long verdict.
+    # The example's longest names, beside wide numbers and a long verdict; still within 120 columns.
     long = PerfResult(target="fused_add_rmsnorm", case="T128-Hq32-Hk8-D128-float16-int32", backend="opencl",
                       device="d", time_us=123456.789, baseline_us=99999.5, ratio=1.2346, gbps=0.01,
                       copy_fraction=0.001, verdict="slower: 23% over the baseline, confirmed A/B")
-    (row,) = summary_table([long])[3:]
-    assert row.startswith("fused_add_rmsnorm  T128-Hq32-Hk8-D128-float16-int32  "), row
+    lines = summary_table([long])
+    assert lines[3].startswith("fused_add_rmsnorm  T128-Hq32-Hk8-D128-float16-int32  "), lines[3]
+    long = PerfResult(target="reshape_and_cache_flash", case="T4096-NH64-D128-bfloat16-empty", backend="opencl",
+                      device="d", time_us=123456.789, baseline_us=99999.5, ratio=1.2346, gbps=1234.5,
+                      copy_fraction=1.05, verdict="no baseline")
+    lines = summary_table([long])
+    assert "…" not in lines[3] and all(len(line) <= 120 for line in lines), lines
 
 
 def test_rows_of_several_devices_name_theirs() -> None:
