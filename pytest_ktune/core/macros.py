@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,17 +97,21 @@ def scan(path: Path, text: str, names: Collection[str]) -> list[Redefinition]:
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(source: str, text: str, names: frozenset[str]) -> tuple[Redefinition, ...]:
-    path = Path(source)
-    found = scan(path, text, names)
-    for included, body in include_closure(path, text, read_local).items():
+def _cached(source: str, text: str, headers: tuple[tuple[Path, str], ...],
+            names: frozenset[str]) -> tuple[Redefinition, ...]:
+    found = scan(Path(source), text, names)
+    for included, body in headers:
         found.extend(scan(included, body, names))
     return tuple(found)
 
 
-def redefinitions(source: Path, text: str, names: Collection[str]) -> list[Redefinition]:
+def redefinitions(source: Path, text: str, names: Collection[str],
+                  headers: Mapping[Path, str] | None = None) -> list[Redefinition]:
     """The unguarded ``#define``s of ``names`` in the kernel source ``text`` (at ``source``) and in the
-    local files it includes, in the order met."""
+    local files it includes (``headers``, the include closure, where the caller has read it already), in
+    the order met."""
     if not names:
         return []
-    return list(_cached(str(source), text, frozenset(names)))
+    if headers is None:
+        headers = include_closure(source, text, read_local)
+    return list(_cached(str(source), text, tuple(headers.items()), frozenset(names)))

@@ -193,23 +193,26 @@ def compile_target(backend: Backend, target: Target, params: Mapping[str, Value]
     text = target.source_text(backend.name) if source is None else source
     path = target.source_path(backend.name)
     macros = getattr(backend, "defines_are_macros", False) is True
-    named = identifiers(text, *include_closure(path, text, read_local).values()) if macros else None
+    headers = include_closure(path, text, read_local)  # read once, for the names and the redefinitions
+    named = identifiers(text, *headers.values()) if macros else None
     defines = {**extra_defines, **params}
     # An unnamed parameter keeps its name in the key, not its value: a name that the compiler's own headers
     # use (read_only on OpenCL) changes the code or breaks the build, and it is compiled once as itself.
     same_code = None if named is None else {**extra_defines,
                                             **{k: v if k in named else UNNAMED for k, v in params.items()}}
-    refuse_redefinitions(target, path, text, params, extra_defines)
+    refuse_redefinitions(target, path, text, params, extra_defines, headers=headers)
     program = CACHE.get(backend, text, defines, str(path), same_code=same_code)
     OUTPUT.add(target.where, compiler_log(program))
     return program
 
 
 def refuse_redefinitions(target: Target, path: Path, text: str, params: Mapping[str, Value],
-                         extra_defines: Mapping[str, Value]) -> None:
-    """Raise a CompileError naming the macro and the line where the source (or a file it includes)
-    ``#define``s a parameter or a define without an ``#ifndef`` guard: its value would beat ktune's ``-D``."""
-    found = redefinitions(path, text, [*params, *extra_defines])
+                         extra_defines: Mapping[str, Value], *,
+                         headers: Mapping[Path, str] | None = None) -> None:
+    """Raise a CompileError naming the macro and the line where the source (or a file it includes, read
+    here unless ``headers`` has them) ``#define``s a parameter or a define without an ``#ifndef`` guard:
+    its value would beat ktune's ``-D``."""
+    found = redefinitions(path, text, [*params, *extra_defines], headers)
     if not found:
         return
     r = found[0]

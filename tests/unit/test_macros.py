@@ -52,3 +52,12 @@ def test_the_files_a_source_includes_are_searched_too(tmp_path: Path) -> None:
     assert [(r.name, r.path, r.line) for r in found] == [("image_height", tmp_path / "conf.clh", 2)]
     assert found[0].render() == f"{tmp_path / 'conf.clh'}:2: #define image_height 4096"
     assert redefinitions(source, text, []) == []
+
+
+def test_a_header_edited_while_the_source_stays_the_same_is_read_again(tmp_path: Path) -> None:
+    (tmp_path / "conf.clh").write_text("#pragma once\n")
+    source = tmp_path / "conv.cl"
+    text = '#include "conf.clh"\n__kernel void k() {}\n'
+    assert redefinitions(source, text, ["BLOCK"]) == []
+    (tmp_path / "conf.clh").write_text("#pragma once\n#define BLOCK 64\n")  # a long-running process
+    assert [(r.name, r.line) for r in redefinitions(source, text, ["BLOCK"])] == [("BLOCK", 2)]
