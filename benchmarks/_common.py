@@ -37,6 +37,18 @@ def time_calls(fn: Callable[[], Any], calls: int, sync: Callable[[], None]) -> t
     return (t1 - t0) / calls, (t2 - t0) / calls
 
 
+def interleaved(methods: Mapping[str, Callable[[], Any]], repeats: int, calls: int,
+                sync: Callable[[], None]) -> dict[str, list[tuple[float, float]]]:
+    """``time_calls`` of every method in ``repeats`` rounds, the order rotated each round so that no
+    method always runs first: each method's (host, wall) seconds per call, a pair per round."""
+    samples: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
+    names = list(methods)
+    for r in range(repeats):
+        for m in names[r % len(names):] + names[:r % len(names)]:
+            samples[m].append(time_calls(methods[m], calls, sync))
+    return samples
+
+
 def command_line() -> str:
     """The command as typed, with the script named relative to the repository."""
     script = Path(sys.argv[0])

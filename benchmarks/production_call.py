@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, time_calls, versions
+from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
 
 TOKENS = (1, 16, 256)
 HIDDEN = 4096
@@ -162,11 +161,7 @@ def main() -> int:
                                      "largest value")
                 for _ in range(50):
                     fn()
-            samples: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
-            names = list(methods)
-            for r in range(args.repeats):
-                for m in names[r % len(names):] + names[:r % len(names)]:
-                    samples[m].append(time_calls(methods[m], args.calls, sync))
+            samples = interleaved(methods, args.repeats, args.calls, sync)
             host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
             params, source = _params(target, backend, bound)
             row = {"op": op, "T": t, "params": params, "params_from": source, "host_us": host,
@@ -179,11 +174,9 @@ def main() -> int:
             print(f"{op} T={t}: " + ", ".join(f"{m} {v:.2f} µs" for m, v in host.items()), flush=True)
     date = now_utc()
     out = args.out or RESULTS / f"h200-{date[:10]}-production"
-    out.mkdir(parents=True, exist_ok=True)
     facts = {"date": date, "command": command_line(), "device": backend.device.id, "compiler": backend.device.compiler,
              "versions": versions(), "calls": args.calls, "repeats": args.repeats,
              "liger": liger if isinstance(liger, str) else "installed", "rows": rows}
-    (out / "production_call.json").write_text(json.dumps(facts, indent=2) + "\n")
 
     def cell(r: dict[str, Any], m: str) -> str:
         return f"{r['host_us'][m]:.2f}" if m in r["host_us"] else (liger if isinstance(liger, str) else "n/a")
@@ -200,7 +193,7 @@ def main() -> int:
     text = (f"# Production call: host time per call\n\n{date}, `{facts['command']}`, {backend.device.id}\n\n"
             f"A loop of {args.calls} calls, one synchronisation at the end, median of {args.repeats} interleaved "
             f"rounds. Goals: ktune within {GOAL_US:g} µs of the raw launch, and below torch eager.\n\n{table}\n")
-    (out / "production_call.md").write_text(text)
+    write_results(out / "production_call.json", facts, text)
     print(text)
     return 0
 

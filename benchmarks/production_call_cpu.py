@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, command_line, md_table, now_utc, time_calls, versions
+from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
 
 SIZES = (1000, 10_000, 100_000)
 GOAL = 1.3
@@ -99,11 +99,8 @@ def main() -> int:
         for fn in methods.values():  # warm up: compiles, caches
             for _ in range(50):
                 fn()
-        samples: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
+        samples = interleaved(methods, args.repeats, args.calls, queue.finish)
         names = list(methods)
-        for r in range(args.repeats):
-            for m in names[r % len(names):] + names[:r % len(names)]:
-                samples[m].append(time_calls(methods[m], args.calls, queue.finish))
         host = {m: statistics.median(s[0] for s in v) for m, v in samples.items()}
         wall = {m: statistics.median(s[1] for s in v) for m, v in samples.items()}
         paired = statistics.median(k[0] / b[0] for k, b in zip(samples["ktune call"], samples["pyopencl x * 2"],
@@ -118,11 +115,9 @@ def main() -> int:
 
     date = now_utc()
     out = args.out or RESULTS / f"cpu-{date[:10]}"
-    out.mkdir(parents=True, exist_ok=True)
     facts = {"date": date, "command": command_line(), "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
              "device": backend.device.id, "opencl": backend.device.arch}, "versions": versions(),
              "calls": args.calls, "repeats": args.repeats, "goal": f"ktune call / x * 2 <= {GOAL}", "rows": rows}
-    (out / "production_call_cpu.json").write_text(json.dumps(facts, indent=2) + "\n")
     table = md_table(["n (float32)", "pyopencl x * 2 (µs)", "ktune call (µs)", "raw launch (µs)",
                       "ktune / x * 2", "paired ratio", f"≤ {GOAL}?"],
                      [[f"{r['n']:,}", *(f"{r['host_us'][m]:.2f}" for m in ("pyopencl x * 2", "ktune call",
@@ -133,7 +128,7 @@ def main() -> int:
             f"{facts['machine']['cpu']}, {facts['machine']['cores']} cores; {backend.device.id}\n\n"
             f"Host time per call: a loop of {args.calls} calls, one queue.finish() at the end, median of "
             f"{args.repeats} interleaved rounds.\n\n{table}\n")
-    (out / "production_call_cpu.md").write_text(text)
+    write_results(out / "production_call_cpu.json", facts, text)
     print(text)
     return 0
 

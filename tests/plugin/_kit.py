@@ -89,6 +89,20 @@ def case(n: int, *, case_id: str | None = None, a: float = 2.0, warm: bool = Tru
     return f"ktune.Case({ident}x=ktune.Tensor(({n},)), a={a!r}, warm_cache={warm})"
 
 
+# A target with a space per backend. read_only is a parameter of Kernel Tuner's CUDA convolution, and an
+# OpenCL C keyword: OpenCL drops it and tunes a wider BLOCK.
+SPLIT = '''
+split = ktune.target(
+    name="split", kernel="scale", sources={"cuda": "scale.cu", "opencl": "scale.cl"},
+    space=ktune.Space(BLOCK=[64, 128], read_only=[0, 1]), default={"BLOCK": 64, "read_only": 1},
+    per_backend={"opencl": ktune.BackendSpace(drop=["read_only"], BLOCK=[64, 128, 256], default={"BLOCK": 128})},
+    key=lambda x: {"N": x.shape[0]},
+    cases=[ktune.Case(id="small", x=ktune.Tensor((4096,)), a=2.0, warm_cache=True)],
+    reference=scaled,
+)(launch_scale)
+'''
+
+
 def scale_target(name: str = "scale", *, source: str = "scale.cl", cases: str | None = None,
                  space: str = "BLOCK=[64, 128]", default: str = "{'BLOCK': 64}",
                  reference: str = "scaled", extra: str = "") -> str:

@@ -11,21 +11,9 @@ import pytest
 
 from pytest_ktune.core.includes import source_hash
 
-from ._kit import SCALE_CL, Project, failure_section, lit, scale_target, summary_rows, table_header
+from ._kit import SCALE_CL, SPLIT, Project, failure_section, lit, scale_target, summary_rows, table_header
 
 # -- a space per backend ------------------------------------------------------------------------
-
-# read_only is a parameter of Kernel Tuner's CUDA convolution, and an OpenCL C keyword.
-SPLIT = '''
-split = ktune.target(
-    name="split", kernel="scale", sources={"cuda": "scale.cu", "opencl": "scale.cl"},
-    space=ktune.Space(BLOCK=[64, 128], read_only=[0, 1]), default={"BLOCK": 64, "read_only": 1},
-    per_backend={"opencl": ktune.BackendSpace(drop=["read_only"], BLOCK=[64, 128, 256], default={"BLOCK": 128})},
-    key=lambda x: {"N": x.shape[0]},
-    cases=[ktune.Case(id="small", x=ktune.Tensor((4096,)), a=2.0, warm_cache=True)],
-    reference=scaled,
-)(launch_scale)
-'''
 
 
 def test_a_backend_drops_the_parameter_it_cannot_take(project: Project) -> None:

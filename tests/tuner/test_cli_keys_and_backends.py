@@ -4,24 +4,12 @@ from __future__ import annotations
 
 import json
 
-from plugin._kit import Project, case, scale_target
+from plugin._kit import SPLIT, Project, case, scale_target
 
 from ._tk import Cli, journal, only_study, open_journal, summaries, timed
 
 TWO_KEYS = scale_target(cases=f"{case(4096, case_id='small')}, {case(8192, case_id='big')}",
                         space="BLOCK=[64, 128]")
-
-# read_only is a CUDA parameter (and an OpenCL keyword): OpenCL drops it and tunes a wider BLOCK.
-SPLIT = '''
-split = ktune.target(
-    name="split", kernel="scale", sources={"cuda": "scale.cu", "opencl": "scale.cl"},
-    space=ktune.Space(BLOCK=[64, 128], read_only=[0, 1]), default={"BLOCK": 64, "read_only": 1},
-    per_backend={"opencl": ktune.BackendSpace(drop=["read_only"], BLOCK=[64, 128, 256], default={"BLOCK": 128})},
-    key=lambda x: {"N": x.shape[0]},
-    cases=[ktune.Case(id="small", x=ktune.Tensor((4096,)), a=2.0, warm_cache=True)],
-    reference=scaled,
-)(launch_scale)
-'''
 
 
 def test_tune_selects_keys_by_their_dimensions(project: Project, cli: Cli) -> None:
