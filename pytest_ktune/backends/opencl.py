@@ -23,6 +23,8 @@ from pytest_ktune.backends.base import (
     Resources,
     copy_buffer_bytes,
     flush_bytes,
+    host_cpu,
+    identity_of,
     multiply_add_rate,
     poison_value,
     scalar_arg,
@@ -298,6 +300,7 @@ class OpenCLBackend:
             max_alloc_bytes=int(dev.max_mem_alloc_size),
             kind=_kind(cl, dev),
             max_constant_bytes=int(dev.max_constant_buffer_size),
+            identity=_identity(cl, dev),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
@@ -497,3 +500,15 @@ def _refuse_bfloat16(dtype: Any, shape: tuple[int, ...]) -> None:
 def _build_log(exc: Any) -> str:
     # pyopencl puts the build log into the error's text; keep all of it.
     return str(exc)
+
+
+def _identity(cl: Any, dev: Any) -> str:
+    """What tells this device's timings from another's of the same name (``base.identity_of``): its
+    compute units, clock, memory, driver and platform version, and for a CPU device the host's
+    processor (PoCL names a CPU device by a shortened model name only)."""
+    name = f"{dev.name.strip()} ({dev.platform.name.strip()}) [opencl]"
+    gib = int(dev.global_mem_size) / 2**30
+    cpu = host_cpu() if _kind(cl, dev) == "cpu" else ""
+    return identity_of(name, f"{int(dev.max_compute_units)} CUs", f"{int(dev.max_clock_frequency)} MHz",
+                       f"{gib:.1f} GiB", f"driver {dev.driver_version.strip()}",
+                       " ".join(dev.platform.version.split()), cpu)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,10 @@ class Baseline:
     ``commit`` holds the source file as it was measured (None where git did not). ``deps_hash`` is the
     ``Target.deps_hash`` of the files it included; None where it included none, or in a record
     written before it was kept: such a baseline makes no claim about them.
+
+    ``machines`` holds the timings per device identity (``DeviceInfo.machine``): timings apply only to
+    the machine that measured them. ``timings`` are those of a record written before identities were
+    kept, on a machine no one can name now: history, never the gate's reference.
     """
 
     params: Mapping[str, Value]
@@ -59,12 +63,29 @@ class Baseline:
     ktune_version: str
     timings: Mapping[str, Timing] = field(default_factory=dict)
     deps_hash: str | None = None
+    machines: Mapping[str, Mapping[str, Timing]] = field(default_factory=dict)
+
+    def timings_on(self, machine: str) -> Mapping[str, Timing]:
+        """The case timings recorded on ``machine`` (a device identity); empty where it recorded none."""
+        return self.machines.get(machine, {})
+
+    def all_timings(self) -> Iterator[tuple[str | None, str, Timing]]:
+        """Every timing as (machine, case, timing); machine None for the unnamed ones of old records."""
+        for case, t in self.timings.items():
+            yield None, case, t
+        for machine, timings in self.machines.items():
+            for case, t in timings.items():
+                yield machine, case, t
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["params"] = dict(self.params)
         if self.deps_hash is None:
             del d["deps_hash"]
+        if not self.timings and self.machines:
+            del d["timings"]
+        if not self.machines:
+            del d["machines"]
         return d
 
 
@@ -165,14 +186,19 @@ def _parse_baseline(raw: Any, where: str) -> Baseline:
     timings_raw = raw.get("timings", {})
     if not isinstance(timings_raw, dict):
         raise ValueError(f"{where}: timings is not an object")
+    machines_raw = raw.get("machines", {})
+    if not isinstance(machines_raw, dict) or not all(isinstance(t, dict) for t in machines_raw.values()):
+        raise ValueError(f"{where}: machines is not an object of timings by device identity")
     extra = set(raw) - {"params", "source_hash", "source_path", "commit", "date", "ktune_version", "timings",
-                        "deps_hash"}
+                        "deps_hash", "machines"}
     if extra:
         raise ValueError(f"{where} has unknown fields {sorted(extra)}")
     timings = {c: _parse_timing(t, f"{where} timing {c!r}") for c, t in timings_raw.items()}
+    machines = {m: {c: _parse_timing(t, f"{where} timing {c!r} on {m!r}") for c, t in ts.items()}
+                for m, ts in machines_raw.items()}
     return Baseline(params=raw["params"], source_hash=raw["source_hash"], source_path=raw["source_path"],
                     commit=commit, date=raw["date"], ktune_version=raw["ktune_version"], timings=timings,
-                    deps_hash=deps)
+                    deps_hash=deps, machines=machines)
 
 
 def _parse_record(raw: Any, i: int) -> Record:
@@ -271,10 +297,10 @@ def now_utc() -> str:
 
 
 def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, Value],
-                 timings: Mapping[str, Timing]) -> Baseline:
+                 timings: Mapping[str, Timing], *, machine: str) -> Baseline:
     """A baseline for ``params`` on the target's current source and the files it includes, with the
     commit that holds that source (None when the source has changes HEAD does not hold, or outside
-    git)."""
+    git), and ``timings`` measured on ``machine`` (a device identity)."""
 
     path = target.source_path(backend)
     commit = _git.head_commit(root)
@@ -285,8 +311,21 @@ def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, 
     except ValueError:
         rel = str(path)
     return Baseline(params=dict(params), source_hash=target.source_hash(backend), source_path=rel,
-                    commit=commit, date=now_utc(), ktune_version=__version__, timings=dict(timings),
-                    deps_hash=target.deps_hash(backend))
+                    commit=commit, date=now_utc(), ktune_version=__version__,
+                    deps_hash=target.deps_hash(backend), machines={machine: dict(timings)})
+
+
+def merge_baselines(prev: Baseline | None, new: Baseline) -> Baseline:
+    """``new`` with the timings that ``prev`` holds of the same program (parameters, source and
+    included files) on other machines and other cases kept: a baseline re-recorded on one machine
+    leaves the others' timings in place, and one of another program replaces them all."""
+    if prev is None or dict(prev.params) != dict(new.params) or prev.source_hash != new.source_hash \
+            or prev.deps_hash != new.deps_hash:
+        return new
+    machines = {m: dict(ts) for m, ts in prev.machines.items()}
+    for m, ts in new.machines.items():
+        machines[m] = {**machines.get(m, {}), **ts}
+    return replace(new, machines=machines)
 
 
 def source_changed(baseline: Baseline, target: Target, backend: str) -> bool:

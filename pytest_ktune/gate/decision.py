@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pytest_ktune.core.threshold import Threshold
 from pytest_ktune.measure.bench import Measurement, mann_whitney_greater
 
-__all__ = ["ALPHA", "Confirmation", "Screen", "Threshold", "confirm", "screen"]
+__all__ = ["ALPHA", "Confirmation", "Screen", "Threshold", "confirm", "faster", "screen"]
 
 
 @dataclass(frozen=True)
@@ -41,3 +41,8 @@ def confirm(a: Measurement, b: Measurement, threshold: Threshold) -> Confirmatio
     ratio = a.median / b.median
     p = mann_whitney_greater(a.samples, b.samples)
     return Confirmation(ratio=ratio, p_value=p, confirmed=ratio > 1 + threshold.fraction and p < ALPHA)
+
+
+def faster(a: Measurement, b: Measurement, threshold: Threshold) -> bool:
+    """Whether A ran faster than B beyond the threshold and the noise of both (the A/B's "faster")."""
+    return a.median < b.median * (1 - threshold.fraction) and mann_whitney_greater(b.samples, a.samples) < ALPHA

@@ -1,10 +1,12 @@
-"""The verdict of one performance item: timed, screened against its baseline, and a suspect slowdown
-confirmed by timing old and new side by side in the same run before it fails.
+"""The verdict of one performance item: a changed case timed side by side with its reference in the
+same run, an unchanged one screened against the time recorded on this machine.
 
-``Gate.check`` verifies a case's configurations, ``Gate.time`` measures it with the parameters in
-use, both in the measurement process (``measure.service``); ``Gate.judge`` compares the measurement
-with the record's baseline and returns a ``PerfResult``. A confirmed regression is a result whose
-verdict is ``REGRESSION`` and whose ``failure`` carries the message the item fails with.
+``Gate.check`` verifies a case's configurations and ``Gate.time`` measures it with the parameters in
+use, both in the measurement process (``measure.service``). ``Gate.judge`` finds the case's
+reference (``gate.reference``: the baseline's program, or REF's under ``--ktune-base``); where what
+runs differs from it, the verdict is the A/B's (``Gate._ab``), else the recorded time screens it
+(``Gate._screen``), and it returns a ``PerfResult``. A confirmed regression is a result whose verdict
+is ``REGRESSION`` and whose ``failure`` carries the message the item fails with.
 """
 
 from __future__ import annotations
@@ -15,19 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_ktune.core import git
-from pytest_ktune.core.includes import deps_hash, include_closure, include_name, pin_includes, source_hash
 from pytest_ktune.core.space import Value
-from pytest_ktune.core.store import Baseline, Record
+from pytest_ktune.core.store import Baseline, Record, source_changed
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import seconds
-from pytest_ktune.gate.decision import Threshold, confirm, screen
+from pytest_ktune.gate.decision import Threshold, confirm, faster, screen
+from pytest_ktune.gate.reference import BaseRef, Reference, Unavailable, at_ref, of_baseline
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef, Measurer
 from pytest_ktune.measure.verify import case_seed
 from pytest_ktune.measure.worker import TargetRef
 
-REGRESSION = "REGRESSION"
+REGRESSION = "REGRESSION"  # a confirmed (or unconfirmable) slowdown: the item fails
+DRIFT = "drift"  # an unchanged case slower than recorded on this machine: the machine, not the change
+NO_BASELINE = "no baseline"  # nothing to compare an unchanged case with on this machine
+UNJUDGED = "unjudged"  # a changed case with no A/B possible and no baseline here (fails under --ktune-strict)
+MISSING = "missing"  # a record or baseline that the reference has is missing here (--ktune-base/--ktune-strict)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,9 @@ class PerfResult:
     measurement: Measurement | None = None
     failure: str = ""  # a confirmed (or unconfirmable) regression: the message the item fails with
     rate: Rate | None = None  # GFLOP/s and the roofline, where the target declares flops=
+    # What baseline_us is: "ab" (the baseline side of a same-run A/B), "recorded" (the time recorded on
+    # this machine), "" (none). The ratio is always time_us / baseline_us.
+    compared: str = ""
 
 
 @dataclass(frozen=True)
@@ -93,13 +101,13 @@ class Row:
     rate: Rate | None = None
 
     def result(self, *, verdict: str, note: str = "", baseline_us: float | None = None,
-               ratio: float | None = None, failure: str = "") -> PerfResult:
+               ratio: float | None = None, failure: str = "", compared: str = "") -> PerfResult:
         return PerfResult(target=self.target, case=self.case, backend=self.backend, device=self.device,
                           time_us=self.time_us, gbps=self.gbps, copy_fraction=self.copy_fraction,
                           baseline_us=self.baseline_us if baseline_us is None else baseline_us,
                           ratio=self.ratio if ratio is None else ratio, verdict=verdict, note=note,
                           target_id=self.target_id, params=self.params, measurement=self.measurement,
-                          failure=failure, rate=self.rate)
+                          failure=failure, rate=self.rate, compared=compared)
 
 
 class Regression(Exception):
@@ -108,20 +116,13 @@ class Regression(Exception):
 
 @dataclass(frozen=True)
 class GateSettings:
-    """What the gate needs to know: the project root (for git), the threshold, the run's seed."""
+    """What the gate needs to know: the project root (for git), the threshold, the run's seed, and
+    the ref to compare changed targets with (``--ktune-base``; None: their baselines)."""
 
     root: Path
     threshold: Threshold
     seed: int
-
-
-class _Unconfirmed(Exception):
-    """The baseline's source cannot be had from git, so a suspect slowdown cannot be confirmed."""
-
-    def __init__(self, note: str, why: str) -> None:
-        super().__init__(why)
-        self.note = note
-        self.why = why
+    base: BaseRef | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,9 @@ class Gate:
 
     def time(self, item: Item, params: Mapping[str, Value]) -> Row:
         """Verify and time the case with ``params``: a summary row without a verdict yet."""
-        m = self.measurer.time(self.case_ref(item), params)
+        return self._row(item, params, self.measurer.time(self.case_ref(item), params))
+
+    def _row(self, item: Item, params: Mapping[str, Value], m: Measurement) -> Row:
         args = item.target.case_args(item.target.cases[item.case_index])
         bytes_moved = item.target.bytes_for(args)
         gbps = bytes_moved / m.median / 1e9 if bytes_moved else None
@@ -174,108 +177,109 @@ class Gate:
         """The target's own threshold where it declares one, else the run's."""
         return item.target.threshold or self.settings.threshold
 
-    def judge(self, item: Item, params: Mapping[str, Value], record: Record | None, row: Row) -> PerfResult:
-        """The verdict on a timed row: no baseline, ok, faster, drift, or a regression confirmed A/B."""
+    def judge(self, item: Item, params: Mapping[str, Value], record: Record | None) -> PerfResult:
+        """The verdict on one case. Where what runs differs from its reference (the baseline's program,
+        or REF's under ``--ktune-base``), a same-run A/B against that reference decides, whatever the
+        recorded time says; an unchanged case is only screened against the time recorded on this
+        machine, so it is ok, faster, drift, or has no baseline here."""
         base = record.baseline if record else None
-        timing = base.timings.get(item.case_id) if base else None
+        backend = self.measurer.device().backend
+        with tempfile.TemporaryDirectory(prefix="ktune-reference-") as scratch:
+            try:
+                ref = self._reference(item, params, base, backend, Path(scratch))
+            except Unavailable as exc:
+                return self._unavailable(item, params, base, exc)
+            if ref is not None and ref.changed:
+                return self._ab(item, params, ref)
+        new = self.settings.base is not None and ref is None
+        return self._screen(item, params, base, self.time(item, params), new=new)
+
+    def _reference(self, item: Item, params: Mapping[str, Value], base: Baseline | None, backend: str,
+                   scratch: Path) -> Reference | None:
+        ref = self.settings.base
+        if ref is not None:
+            rec = ref.record(item.target_id, self.measurer.device().id, item.key)
+            return at_ref(item.target, backend, ref, ref_params=rec.params if rec else None, params=params,
+                          scratch=scratch)
+        if base is None:
+            return None
+        return of_baseline(item.target, backend, base, params=params, root=self.settings.root, scratch=scratch)
+
+    def _ab(self, item: Item, params: Mapping[str, Value], ref: Reference) -> PerfResult:
+        """The changed case timed side by side with its reference: its verdict, the row's time the A
+        side's and its reference the B side's."""
+        threshold = self.threshold_for(item)
+        a, b = self.measurer.ab(self.case_ref(item), params, ref.params, ref.source)
+        c = confirm(a, b, threshold)
+        row = replace(self._row(item, params, a), baseline_us=b.median * 1e6, ratio=c.ratio)
+        ab_text = (f"same-run A/B against {ref.label}: {seconds(a.median)} vs {seconds(b.median)}, "
+                   f"x{c.ratio:.3f}, p={c.p_value:.2g}")
+        changed = "; ".join(ref.changes)
+        if not c.confirmed:
+            verdict = "faster" if faster(a, b, threshold) else "ok"
+            return row.result(verdict=verdict, note=f"changed ({changed}); {ab_text}", compared="ab")
+        accept = ("a slowdown the change means to make needs a looser threshold= on the target"
+                  if self.settings.base is not None else
+                  "accept the new time with --ktune-update-baseline")
+        return row.result(verdict=REGRESSION, note=ab_text, compared="ab", failure=(
+            f"{item.target.name}[{item.case_id}] on {row.device} regressed: {ab_text}, beyond the threshold "
+            f"{threshold}. Changed since {ref.label}: {changed}. Fix the kernel or tune it; {accept}."))
+
+    def _screen(self, item: Item, params: Mapping[str, Value], base: Baseline | None, row: Row, *,
+                new: bool = False) -> PerfResult:
+        """An unchanged case against the time recorded on this machine: ok, faster, drift (slower
+        than recorded beyond noise: the machine, not the change), or no baseline here."""
+        if base is None:
+            note = (f"new since {self.settings.base.label}: nothing to compare with" if new and self.settings.base
+                    else "no baseline recorded: run with --ktune-update-baseline to record one")
+            return row.result(verdict=NO_BASELINE, note=note)
+        device = self.measurer.device()
+        timing = base.timings_on(device.machine).get(item.case_id)
+        if timing is None:
+            others = {m for m, case, _ in base.all_timings() if case == item.case_id}
+            note = ("no baseline on this machine" + (f" (timings of {len(others)} other machine(s) are history "
+                                                    "here)" if others else "")
+                    + ": run with --ktune-update-baseline to record one")
+            return row.result(verdict=NO_BASELINE, note=note)
+        stale = source_changed(base, item.target, device.backend) or dict(base.params) != dict(params)
+        if stale:  # unchanged since REF, but the baseline is of another version: its time says nothing
+            return row.result(verdict=NO_BASELINE, note=(
+                "the baseline was recorded on another version of the source or parameters: re-record it "
+                "with --ktune-update-baseline"))
         m = row.measurement
         assert m is not None
-        if base is None or timing is None:
-            return row.result(verdict="no baseline",
-                              note="no baseline recorded: run with --ktune-update-baseline to record one")
         threshold = self.threshold_for(item)
         s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, threshold)
         row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
-        if not s.suspect:
-            faster = s.ratio < 1 - threshold.fraction and m.ci[1] < timing.ci_low_us * 1e-6
-            return row.result(verdict="faster" if faster else "ok")
-        return self._confirm(item, params, base, m, row)
+        if s.suspect:
+            return row.result(verdict=DRIFT, compared="recorded", note=(
+                f"{seconds(m.median)} against {seconds(timing.median_us * 1e-6)} recorded on this machine "
+                f"(x{s.ratio:.3f}), with the source and parameters of the baseline: the machine's state, not a "
+                "change"))
+        was_faster = s.ratio < 1 - threshold.fraction and m.ci[1] < timing.ci_low_us * 1e-6
+        return row.result(verdict="faster" if was_faster else "ok", compared="recorded")
 
-    def _confirm(self, item: Item, params: Mapping[str, Value], base: Baseline, m: Measurement,
-                 row: Row) -> PerfResult:
+    def _unavailable(self, item: Item, params: Mapping[str, Value], base: Baseline | None,
+                     exc: Unavailable) -> PerfResult:
+        """A changed case whose reference git cannot give: screened against this machine's recorded
+        time where there is one; a suspect slowdown then fails unconfirmed."""
+        row = self.time(item, params)
+        device = self.measurer.device()
+        timing = base.timings_on(device.machine).get(item.case_id) if base else None
+        m = row.measurement
+        assert m is not None
+        if timing is None:
+            return row.result(verdict=UNJUDGED, note=f"changed, but {exc.note}: no A/B and no baseline here",
+                              failure="")
         threshold = self.threshold_for(item)
-        target, backend = item.target, row.backend
-        device = row.device
-        current_hash = target.source_hash(backend)
-        current_deps = target.deps_hash(backend)
-        same_file = current_hash == base.source_hash
-        same_includes = base.deps_hash in (None, current_deps)  # None: the baseline makes no claim
-        same_source = same_file and same_includes
-        numbers = (f"{seconds(m.median)} against a baseline of "
-                   f"{seconds(base.timings[item.case_id].median_us * 1e-6)} "
-                   f"(x{row.ratio:.3f}, threshold {threshold})")
-        if same_source and dict(base.params) == dict(params):
-            return row.result(verdict="drift", note=(
-                f"{numbers}, but the source and parameters are those of the baseline: "
-                "the machine differs from the one that recorded it, or is noisy"))
-        with tempfile.TemporaryDirectory(prefix="ktune-baseline-") as scratch:
-            try:
-                old_source = None if same_source else self._baseline_source(
-                    item, backend, base, Path(scratch), same_file=same_file, same_includes=same_includes)
-            except _Unconfirmed as exc:
-                return row.result(verdict=REGRESSION, note=f"unconfirmed: {exc.note}", failure=(
-                    f"{target.name}[{item.case_id}] on {device}: {numbers}. {exc.why}, so the "
-                    "slowdown could not be confirmed A/B. Record baselines from committed sources, or run "
-                    "with --ktune-update-baseline if the slowdown is accepted."))
-            a, b = self.measurer.ab(self.case_ref(item), params, base.params, old_source)
-        c = confirm(a, b, threshold)
-        ab_text = (f"same-run A/B: current {seconds(a.median)} vs the baseline's "
-                   f"{'source and ' if not same_source else ''}parameters {seconds(b.median)}: "
-                   f"x{c.ratio:.3f}, p={c.p_value:.2g}")
-        if not c.confirmed:
-            return row.result(verdict="ok", note=f"screen flagged {numbers}; {ab_text}: not a regression")
-        changed = []
-        if not same_file:
-            changed.append(f"source {base.source_hash} -> {current_hash}")
-        if not same_includes:
-            path = target.source_path(backend)
-            names = ", ".join(include_name(path, p) for p in target.includes(backend))
-            changed.append(f"included files{f' ({names})' if names else ''} {base.deps_hash} -> "
-                           f"{current_deps or 'none'}")
-        if dict(base.params) != dict(params):
-            changed.append(f"parameters {dict(base.params)} -> {dict(params)}")
-        return replace(row, ratio=c.ratio).result(verdict=REGRESSION, note=ab_text, failure=(
-            f"{target.name}[{item.case_id}] on {device} regressed: {numbers}; confirmed by "
-            f"{ab_text}. Changed since the baseline (commit {(base.commit or 'none')[:12]}): "
-            f"{'; '.join(changed)}. Fix the kernel, tune it, or accept the new time with "
-            "--ktune-update-baseline."))
-
-    def _baseline_source(self, item: Item, backend: str, base: Baseline, scratch: Path, *, same_file: bool,
-                         same_includes: bool) -> str:
-        """The baseline's source, to compile for the A/B: the source file, from git at the baseline's
-        commit where it changed (not ``same_file``), and where the files it includes changed too (not
-        ``same_includes``), the baseline's copies of them, from git, written under ``scratch`` with the
-        includes pointed at them. Raises _Unconfirmed where git cannot give them."""
-        target = item.target
-        root, commit = self.settings.root, base.commit
-        path = target.source_path(backend)
-        text = target.source_text(backend)
-        if not same_file and target.in_memory(backend):
-            raise _Unconfirmed("old source not in git",
-                               f"The source is a ktune.Source held in Python ({target.file.name}) and changed since "
-                               "the baseline; git holds files, not the texts a program makes")
-        if not same_file:
-            old = git.file_at(root, commit, path) if commit else None
-            if old is None or source_hash(old) != base.source_hash:
-                raise _Unconfirmed("old source not in git",
-                                   "The source changed since the baseline, and git holds no copy of the "
-                                   f"baseline's source at commit {commit or '(none recorded)'}")
-            text = old
-        if same_includes:
-            return text
-        not_in_git: list[Path] = []
-
-        def read_old(p: Path) -> str | None:
-            old = git.file_at(root, commit, p) if commit else None
-            if old is None and p.is_file():
-                not_in_git.append(p)
-            return old
-
-        headers = include_closure(path, text, read_old)
-        if deps_hash(path, headers) != base.deps_hash:
-            names = ", ".join(include_name(path, p) for p in not_in_git)
-            what = f"header{'s' if len(not_in_git) > 1 else ''} {names}" if names else "headers"
-            raise _Unconfirmed(f"old {what} not in git",
-                               "The files the source includes changed since the baseline, and git holds "
-                               f"no copy of the baseline's {what} at commit {commit or '(none recorded)'}")
-        return pin_includes(path, text, headers, scratch)
+        s = screen(m, timing.median_us * 1e-6, timing.ci_high_us * 1e-6, threshold)
+        row = replace(row, baseline_us=timing.median_us, ratio=s.ratio)
+        numbers = (f"{seconds(m.median)} against a baseline of {seconds(timing.median_us * 1e-6)} "
+                   f"(x{s.ratio:.3f}, threshold {threshold})")
+        if not s.suspect:
+            return row.result(verdict="ok", note=f"changed, but {exc.note}: no A/B; screened only: {numbers}",
+                              compared="recorded")
+        return row.result(verdict=REGRESSION, note=f"unconfirmed: {exc.note}", compared="recorded", failure=(
+            f"{item.target.name}[{item.case_id}] on {device.name}: {numbers}. {exc.why}, so the slowdown could not "
+            "be confirmed A/B. Record baselines from committed sources, or run with --ktune-update-baseline if "
+            "the slowdown is accepted."))

@@ -74,8 +74,8 @@ def params_history(params_path: Path) -> list[Point]:
         for record in store.records.values():
             if record.baseline is None:
                 continue
-            for case, timing in record.baseline.timings.items():
-                points.append(Point(target=record.target, case=case, device=record.device, commit=commit,
+            for machine, case, timing in record.baseline.all_timings():
+                points.append(Point(target=record.target, case=case, device=machine or record.device, commit=commit,
                                     date=date, time_us=timing.median_us, gbps=timing.gbps, source=PARAMS))
     return points
 

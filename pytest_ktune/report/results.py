@@ -37,3 +37,4 @@ class RunResults:
     outcomes: tuple[ItemOutcome, ...] = ()
     results: tuple[PerfResult, ...] = ()
     tunes: tuple[TuneOutcome, ...] = ()
+    notices: tuple[str, ...] = ()  # what the run says once, above the notes: a missing params file, REF

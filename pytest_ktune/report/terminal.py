@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pytest_ktune.core.keys import key_label
 from pytest_ktune.core.text import us as _us
-from pytest_ktune.gate.verdict import PerfResult
+from pytest_ktune.gate.verdict import DRIFT, NO_BASELINE, PerfResult
 from pytest_ktune.report.results import RunResults
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
 WIDTH = 120  # notes wrap at this width
 # Target and case names longer than these are cut short with "…"; the numbers never are (the baseline
 # column is in µs, as the time's). The caps do not depend on the other columns, so a name is shown
-# whole or cut the same way on every host, and a table without the GFLOP/s columns fits WIDTH columns
-# whatever its numbers (up to a million µs and 10,000 GB/s).
+# whole or cut the same way on every host, and the table fits WIDTH columns whatever its numbers (up to a
+# million µs and 10,000 GB/s).
 TARGET_WIDTH = 24
 CASE_WIDTH = 36
 
@@ -80,45 +80,77 @@ def _fit(cell: str, width: int) -> str:
 
 
 def summary_table(results: Sequence[PerfResult]) -> list[str]:
-    """One row per timed case: time, baseline, ratio, GB/s, fraction of copy bandwidth, verdict; and
-    where a target declares ``flops=``, GFLOP/s, the fraction of the multiply-add peak and the side
-    of the roofline (``rate_cells``).
+    """One row per timed case: time, its reference, their ratio, GB/s, fraction of copy bandwidth,
+    verdict. The reference (the ``baseline`` column) is the A/B's baseline side where an A/B ran, else
+    the time recorded on this machine; the ratio is always time ÷ reference.
 
     Where every result ran on one device (the usual run), the device is said once, above the table;
     otherwise each row names its backend and device. Target and case names longer than
-    ``TARGET_WIDTH`` and ``CASE_WIDTH`` are cut, so that a one-device table fits ``WIDTH`` columns; the
-    GFLOP/s columns, where a target declares ``flops=``, make it wider."""
+    ``TARGET_WIDTH`` and ``CASE_WIDTH`` are cut, so that a one-device table fits ``WIDTH`` columns.
+    Where targets declare ``flops=``, their GFLOP/s, the fraction of the multiply-add peak and the side
+    of the roofline follow in a table of their own (``rate_table``), so neither table is wider."""
     devices = {(r.backend, r.device) for r in results}
     one = len(devices) == 1
     header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline", "ratio", "GB/s",
               "% copy BW", "verdict"]
-    rows = [[r.target, r.case, *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
+    rows = [[_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH),
+             *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
              _us(r.baseline_us), f"{r.ratio:.3f}" if r.ratio is not None else "-",
              f"{r.gbps:.1f}" if r.gbps is not None else "-",
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
     right = {i for i, h in enumerate(header) if h in ("time µs", "baseline", "ratio", "GB/s", "% copy BW")}
-    if any(r.rate is not None for r in results):
-        at = header.index("verdict")
-        header[at:at] = RATE_HEADER
-        for r, row in zip(results, rows, strict=True):
-            row[at:at] = rate_cells(r)
-        right |= {at, at + 1}
-    for row in rows:
-        row[0], row[1] = _fit(row[0], TARGET_WIDTH), _fit(row[1], CASE_WIDTH)
     lines = [f"on {b} / {d}" if d else f"on {b}" for b, d in devices] if one else []
     return lines + _table(header, rows, right)
 
 
-RATE_HEADER = ["GFLOP/s", "% FMA peak", "bound"]
+RATE_HEADER = ["target", "case", "GFLOP/s", "% FMA peak", "bound"]
 
 
-def rate_cells(r: PerfResult) -> list[str]:
-    """The GFLOP/s columns of one row: '-' where the target declares no flops=."""
-    if r.rate is None:
-        return ["-", "-", "-"]
-    peak = f"{100 * r.rate.peak_fraction:.0f}%" if r.rate.peak_fraction is not None else "-"
-    return [f"{r.rate.gflops:.1f}", peak, r.rate.bound or "-"]
+def rate_table(results: Sequence[PerfResult]) -> list[str]:
+    """The arithmetic rate of the cases whose targets declare ``flops=``: GFLOP/s, the fraction of
+    the device's multiply-add peak (measured in the same run) and the side of the roofline; empty
+    where none does."""
+    rows = []
+    for r in results:
+        if r.rate is None:
+            continue
+        peak = f"{100 * r.rate.peak_fraction:.0f}%" if r.rate.peak_fraction is not None else "-"
+        rows.append([_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH), f"{r.rate.gflops:.1f}", peak,
+                     r.rate.bound or "-"])
+    return _table(RATE_HEADER, rows, {2, 3}) if rows else []
+
+
+#: Above this many screened cases, and this share of them drifting one way, the baselines of the
+#: machine look stale: the summary says so once, with the command that re-records them.
+STALE_MIN_CASES = 4
+STALE_SHARE = 0.75
+
+
+def drift_lines(results: Sequence[PerfResult]) -> list[str]:
+    """One line for every unchanged case slower than recorded on this machine (drift passes), and one
+    where most unchanged cases moved the same way: the baselines, not the kernels, are what changed."""
+    screened = [r for r in results if r.compared == "recorded" and r.ratio is not None]
+    slower = [r for r in screened if r.verdict == DRIFT]
+    quicker = [r for r in screened if r.verdict == "faster"]
+    lines: list[str] = []
+    for moved, way in ((slower, "slower"), (quicker, "faster")):
+        if len(screened) >= STALE_MIN_CASES and len(moved) >= STALE_SHARE * len(screened):
+            lo, hi = min(r.ratio or 1 for r in moved), max(r.ratio or 1 for r in moved)
+            lines.extend(_wrap(
+                f"the baselines look stale on this machine: {len(moved)} of {len(screened)} unchanged cases ran "
+                f"{way} than recorded (x{lo:.2f}–x{hi:.2f}). Re-record them with `pytest --ktune "
+                "--ktune-update-baseline` and commit the params file (the scheduled workflow's baselines job "
+                "does it on main by pull request)"))
+            return lines
+    if slower:
+        lo, hi = min(r.ratio or 1 for r in slower), max(r.ratio or 1 for r in slower)
+        names = ", ".join(f"{r.target}[{r.case}]" for r in slower[:3]) + (", …" if len(slower) > 3 else "")
+        lines.extend(_wrap(
+            f"{len(slower)} unchanged case(s) drifted x{lo:.2f}–x{hi:.2f} against the times recorded on this "
+            f"machine ({names}); the source and parameters are the baseline's, so they pass. Re-record with "
+            "--ktune-update-baseline if the machine itself changed"))
+    return lines
 
 
 def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> list[tuple[str, list[str]]]:
@@ -127,15 +159,23 @@ def summary_sections(run: RunResults, agents: Sequence[StageResult] = ()) -> lis
     out: list[tuple[str, list[str]]] = []
     if run.results:
         lines = summary_table(run.results)
-        missing = [r for r in run.results if r.verdict == "no baseline"]
-        notes = [r for r in run.results if r.note and r.verdict != "no baseline"]
-        if notes or missing:
-            lines.append("")
+        rates = rate_table(run.results)
+        if rates:
+            lines += ["", *rates]
+        missing = [r for r in run.results if r.verdict == NO_BASELINE and not r.failure]
+        notes = [r for r in run.results if (r.note or r.failure) and r.verdict not in (NO_BASELINE, DRIFT)]
+        tail = [*run.notices]
         for r in notes:
-            lines.extend(_wrap(f"{r.target}[{r.case}]: {r.note}"))
+            tail.extend(_wrap(f"{r.target}[{r.case}]: {r.note or r.failure}"))
+        tail.extend(drift_lines(run.results))
         if missing:
-            lines.extend(_wrap(f"{len(missing)} case(s) have no baseline for this device: run with "
-                               "--ktune-update-baseline to record them in the params file"))
+            elsewhere = sum(1 for r in missing if "other machine" in r.note)
+            tail.extend(_wrap(
+                f"{len(missing)} case(s) have no baseline on this machine"
+                + (f" ({elsewhere} have timings of other machines only, history here)" if elsewhere else "")
+                + ": run with --ktune-update-baseline to record them in the params file"))
+        if tail:
+            lines += ["", *tail]
         out.append(("ktune summary", lines))
     if run.tunes:
         out.append(("ktune tuning", tune_table(run.tunes)))

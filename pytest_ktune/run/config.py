@@ -115,6 +115,12 @@ OPTIONS: tuple[Option, ...] = (
            metavar="STAT:PCT", cli=False),
     Option("update_baseline", bool, False, "record the measured timings as the new baselines in the params "
            "file", cli=False),
+    Option("base", str, None, "a git ref (origin/main, the merge base): every target whose source, included "
+           "files or parameters differ from REF's is timed A/B against REF's in this run, baseline or not; a "
+           "record or baseline REF has that is missing here is an error", env=True, metavar="REF", cli=False),
+    Option("strict", bool, False, "fail closed: a params file that does not exist, a case with no baseline on "
+           "a machine that has baselines, or a changed case that cannot be A/B'd is an error, not a note "
+           "(for merge gates)", env=True, cli=False),
     Option("seed", int, None, "base seed for the random inputs and the sampler (default: a new one each "
            "run, shown in the header)", env=True, metavar="N"),
     Option("params", str, None, "the params file (default: $KTUNE_PARAMS, else the nearest "

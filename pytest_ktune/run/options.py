@@ -29,6 +29,8 @@ class RunOptions:
     backend: str = AUTO
     threshold: str = "median:5%"
     update_baseline: bool = False
+    base: str | None = None
+    strict: bool = False
     seed: int | None = None
     tune: bool = False
     autotune: bool = False
@@ -62,7 +64,8 @@ def run_options(resolved: Resolved, *, root: Path, command: str) -> RunOptions:
     v = resolved.values
     return RunOptions(
         root=root, params=v["params"], params_configured=resolved.params_configured, backend=v["backend"],
-        threshold=v["threshold"], update_baseline=v["update_baseline"], seed=v["seed"], tune=v["tune"],
+        threshold=v["threshold"], update_baseline=v["update_baseline"], base=v["base"], strict=v["strict"],
+        seed=v["seed"], tune=v["tune"],
         autotune=v["autotune"], trials=v["trials"], tune_timeout=v["tune_timeout"], sampler=v["sampler"],
         storage=v["storage"], write=v["write"], trial_timeout=v["trial_timeout"], agent=v["agent"],
         model=v["model"], agent_iterations=v["agent_iterations"], command=command,
@@ -109,7 +112,8 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
     return Settings(
         root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root,
                                                   configured=opts.params_configured),
-        backend=opts.backend, threshold=threshold, update_baseline=opts.update_baseline, seed=seed,
+        backend=opts.backend, threshold=threshold, update_baseline=opts.update_baseline, base=opts.base or None,
+        strict=opts.strict, seed=seed,
         tune=tune, autotune=opts.autotune and not opts.tune, write_mode=opts.write, command=opts.command,
         agent=agent, extensions=extensions, item_timeout_s=opts.item_timeout,
         skip_unavailable=opts.skip_unavailable)

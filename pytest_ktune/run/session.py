@@ -17,9 +17,20 @@ from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.space import Value
-from pytest_ktune.core.store import Record, Store, Timing, new_baseline, target_id
+from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
 from pytest_ktune.core.target import Target
-from pytest_ktune.gate.verdict import REGRESSION, Gate, GateSettings, Item, PerfResult, Regression
+from pytest_ktune.gate.reference import BaseRef, missing_at_head
+from pytest_ktune.gate.verdict import (
+    MISSING,
+    NO_BASELINE,
+    REGRESSION,
+    UNJUDGED,
+    Gate,
+    GateSettings,
+    Item,
+    PerfResult,
+    Regression,
+)
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
@@ -41,8 +52,10 @@ class Session:
             ServiceSpec(backend=settings.backend, factory=backends.factory_ref(settings.extensions.backend),
                         cache_root=str(settings.scratch / "cache"), bench=settings.bench),
             item_timeout_s=settings.item_timeout_s)
-        self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed),
-                         self.service)
+        # --ktune-base: REF resolved once, before any item runs (a ref git does not know is a usage error)
+        self.base = BaseRef.load(settings.root, settings.base, settings.params_path) if settings.base else None
+        self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed,
+                                      base=self.base), self.service)
         self.results: list[PerfResult] = []
         self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
         self.updates: dict[tuple[str, str, str], Record] = {}
@@ -56,6 +69,23 @@ class Session:
         except StoreError as exc:
             self.store = None
             self.store_error = exc
+        self.params_missing = not settings.params_path.exists()
+        self._closed_check()
+
+    def _closed_check(self) -> None:
+        """Fail closed before any item runs: under --ktune-strict, or --ktune-base where REF has a params
+        file, the params file named must exist (a pull request that deletes it must not pass)."""
+        s = self.settings
+        if not self.params_missing or s.update_baseline or s.tune is not None:
+            return
+        if self.base is not None and self.base.store is not None:
+            raise KtuneError(f"the params file {s.params_path} does not exist, but {self.base.label} has one",
+                             hint=f"restore it (`git checkout {self.base.name} -- {s.params_path.name}`), or point "
+                                  "--ktune-params at the file this project uses")
+        if s.strict:
+            raise KtuneError(f"--ktune-strict: the params file {s.params_path} does not exist",
+                             hint="record baselines with `pytest --ktune --ktune-update-baseline` and commit the "
+                                  "file, point --ktune-params at it, or drop --ktune-strict")
 
     # -- the device ------------------------------------------------------
     def start(self) -> DeviceInfo:
@@ -146,9 +176,9 @@ class Session:
             raise self.store_error
         params = self.params(target, device, item.key)
         target.check_config(params, item.key, "recorded configuration")
-        row = self.gate.time(item, params)
         rec = self.record(target, device, item.key)
         if self.settings.update_baseline:
+            row = self.gate.time(item, params)
             assert row.measurement is not None
             self._queue_baseline(item, device, params, row.measurement, row.gbps)
             timing = rec.baseline.timings.get(item.case_id) if rec and rec.baseline else None
@@ -157,11 +187,43 @@ class Session:
                                 ratio=row.time_us / timing.median_us if timing and row.time_us else None,
                                 verdict="recorded", note=note)
         else:
-            result = self.gate.judge(item, params, rec, row)
+            result = self._fail_closed(item, device, self.gate.judge(item, params, rec))
         self.results.append(result)
         if result.failure:
             raise Regression(result.failure)
         return result
+
+    def _fail_closed(self, item: Item, device: DeviceInfo, result: PerfResult) -> PerfResult:
+        """A verdict with nothing to stand on is an error where the run asks for that: under
+        --ktune-base, a record or baseline REF has that is missing here; under --ktune-strict, a case
+        with no baseline on a machine that has baselines, or a changed case that could not be A/B'd."""
+        where = f"{item.target.name}[{item.case_id}] on {device.name}"
+        if self.base is not None:
+            missing = missing_at_head(self.base, self.store, target=item.target_id, key=item.key,
+                                      machine=device.machine, case_id=item.case_id)
+            if missing:
+                return replace(result, verdict=MISSING, failure=(
+                    f"{where}: {self.base.label}'s params file has {' and '.join(missing)}, which "
+                    f"{self.settings.params_path.name} here lacks. Restore them (`git checkout {self.base.name} -- "
+                    f"{self.settings.params_path.name}`, then re-record what changed with --ktune-update-baseline)"))
+        if not self.settings.strict:
+            return result
+        if result.verdict == UNJUDGED:
+            return replace(result, failure=(
+                f"{where}: {result.note}. --ktune-strict fails a changed case that nothing can judge: commit the "
+                "source the baseline was recorded from, or run with --ktune-base REF"))
+        if result.verdict == NO_BASELINE and self.base is None and self._machine_recorded(device):
+            return replace(result, verdict=MISSING, failure=(
+                f"{where}: no baseline of this case on this machine, which has baselines of other cases. "
+                "--ktune-strict fails it: record it with --ktune-update-baseline and commit the params file"))
+        return result
+
+    def _machine_recorded(self, device: DeviceInfo) -> bool:
+        """Whether the params file holds any baseline timing measured on this machine."""
+        if self.store is None:
+            return False
+        return any(r.baseline is not None and r.baseline.timings_on(device.machine)
+                   for r in self.store.records.values())
 
     def _queue_baseline(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
@@ -171,13 +233,11 @@ class Session:
                         samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
         rec = Record(target=item.target_id, device=device.id, key=dict(item.key), params=dict(params))
         prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
-        baseline = new_baseline(self.settings.root, target, device.backend, params, {item.case_id: timing})
-        # Timings kept from the previous baseline come under this one's claim about the included files,
-        # so that claim must be theirs too.
-        if prev and prev.baseline and dict(prev.baseline.params) == dict(params) \
-                and prev.baseline.source_hash == baseline.source_hash \
-                and prev.baseline.deps_hash == baseline.deps_hash:
-            baseline = replace(baseline, timings={**prev.baseline.timings, item.case_id: timing})
+        baseline = new_baseline(self.settings.root, target, device.backend, params, {item.case_id: timing},
+                                machine=device.machine)
+        # Timings kept from the previous baseline come under this one's claim about the source and the
+        # included files, so they are kept only where that claim is theirs too (merge_baselines).
+        baseline = merge_baselines(prev.baseline if prev else None, baseline)
         self.updates[rec.ident] = replace(rec, baseline=baseline, tuned=prev.tuned if prev else None)
 
     # -- tuning ----------------------------------------------------------
@@ -214,7 +274,22 @@ class Session:
         """What the run produced so far, frozen for the JUnit and benchmark-JSON reports."""
         tunes = tuple(self.tuning.outcomes) if self.tuning else ()
         return RunResults(root=self.settings.root, backend=self.backend_name, device=self.device_name,
-                          outcomes=tuple(self.outcomes.values()), results=tuple(self.results), tunes=tunes)
+                          outcomes=tuple(self.outcomes.values()), results=tuple(self.results), tunes=tunes,
+                          notices=tuple(self.notices()))
+
+    def notices(self) -> list[str]:
+        """What the summary says once about the run: what changed cases were compared with, and a params
+        file that does not exist."""
+        out = []
+        if self.params_missing and self.results and not self.settings.update_baseline:
+            out.append(f"the params file {self.settings.params_path} does not exist: no case had a baseline to be "
+                       "compared with (record them with --ktune-update-baseline; --ktune-strict makes this an "
+                       "error)")
+        if self.base is not None and self.results:
+            ab = sum(1 for r in self.results if r.compared == "ab")
+            out.append(f"--ktune-base {self.base.label}: {ab} case(s) of targets changed since then timed A/B "
+                       f"against it in this run; {len(self.results) - ab} unchanged")
+        return out
 
     def compiler_output(self) -> dict[str, list[str]]:
         """The compiler's messages of this run's builds, by target (kept by the measurement process)."""

@@ -25,6 +25,8 @@ class Settings:
     backend: str = AUTO
     threshold: Threshold = field(default_factory=lambda: Threshold.parse("median:5%"))
     update_baseline: bool = False
+    base: str | None = None  # --ktune-base: the git ref changed targets are A/B'd against
+    strict: bool = False  # --ktune-strict: missing records and baselines are errors
     seed: int = 0
     bench: BenchConfig | None = None
     tune: TuneSettings | None = None  # None: this run does not tune

@@ -64,6 +64,7 @@ class Finished:
     accepted: bool
     ab: ABOutcome | None
     tuned: Tuned
+    machine: str = ""  # the device's identity, for the timings of a new baseline (DeviceInfo.machine)
 
 
 def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bool:
@@ -82,7 +83,7 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
     if w.accepted and w.ab is not None:
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.candidate, strict=True)}
-        baseline = new_baseline(ctx.root, target, ctx.backend, w.best, timings)
+        baseline = new_baseline(ctx.root, target, ctx.backend, w.best, timings, machine=w.machine or w.device)
         changes = tuple(CaseChange(case_id=a.case_id, before_s=a.median_s, after_s=b.median_s,
                                    bytes_moved=target.bytes_for(target.case_args(c)))
                         for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
@@ -92,5 +93,6 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
     if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
-        base = replace(base, baseline=new_baseline(ctx.root, target, ctx.backend, base.params, timings))
+        fresh = new_baseline(ctx.root, target, ctx.backend, base.params, timings, machine=w.machine or w.device)
+        base = replace(base, baseline=fresh)
     return replace(base, tuned=w.tuned), ()

@@ -212,7 +212,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                           result=decision)
             record, changes = new_record(ctx, target, Finished(
                 tid=tid, device=device.id, key=dict(key), cases=tuple(case_indices), record=rec, current=current,
-                best=best_cfg, accepted=accepted, ab=ab, tuned=tuned))
+                best=best_cfg, accepted=accepted, ab=ab, tuned=tuned, machine=device.machine))
             written = False
             if settings.write:
                 Store(ctx.params_path).save([record])

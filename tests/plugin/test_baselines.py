@@ -34,7 +34,7 @@ def test_without_a_baseline_the_perf_items_pass_with_a_note(project: Project) ->
     assert {row[-1] for row in rows.values()} == {"no baseline"}
     assert {row[3] for row in rows.values()} == {"-"}
     result.stdout.fnmatch_lines([
-        "2 case(s) have no baseline for this device: run with --ktune-update-baseline to record them "
+        "2 case(s) have no baseline on this machine: run with --ktune-update-baseline to record them "
         "in the params file",
     ])
     assert not project.params_path.exists()
@@ -62,23 +62,31 @@ def test_update_baseline_writes_a_stable_file_that_the_next_run_compares_against
     assert len(devices) == 1 and devices.pop().endswith(" [opencl]")
 
     scale_hash = hashlib.sha256((project.path / "scale.cl").read_text().encode()).hexdigest()[:16]
+    # The timings are kept under the identity of the machine that measured them, one for the whole run:
+    # the device's id, then what tells it from other machines of that name (for PoCL, the host's CPU).
+    machines = {m for r in records for m in r["baseline"]["machines"]}
+    assert len(machines) == 1
+    machine = machines.pop()
+    assert machine.startswith(records[0]["device"] + " | ") and "CPUs" in machine
     for r in records:
         base = r["baseline"]
+        assert "timings" not in base  # only records from before machine identities hold unnamed timings
         assert r["params"] == base["params"] == {"BLOCK": 64}
         assert base["commit"] is None  # not in a git repository
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", base["date"])
         assert base["ktune_version"] == pytest_ktune.__version__
-        for timing in base["timings"].values():
+        for timing in base["machines"][machine].values():
             assert 0 < timing["ci_low_us"] <= timing["median_us"] <= timing["ci_high_us"]
             assert timing["samples"] > 0 and timing["iqr_us"] >= 0
     by_key = {(r["target"], r["key"]["N"]): r["baseline"] for r in records}
-    assert set(by_key["kernels.py::scale", 4096]["timings"]) == {"small", "half"}
-    assert set(by_key["kernels.py::scale", 16384]["timings"]) == {"large"}
+    timings = {k: b["machines"][machine] for k, b in by_key.items()}
+    assert set(timings["kernels.py::scale", 4096]) == {"small", "half"}
+    assert set(timings["kernels.py::scale", 16384]) == {"large"}
     assert by_key["kernels.py::scale", 4096]["source_hash"] == scale_hash
     assert by_key["kernels.py::scale", 4096]["source_path"] == "scale.cl"
     assert by_key["kernels.py::add", 4096]["source_path"] == "add.cl"
-    assert by_key["kernels.py::add", 4096]["timings"]["n4096"]["gbps"] is None  # no bytes_moved
-    assert by_key["kernels.py::scale", 16384]["timings"]["large"]["gbps"] > 0
+    assert timings["kernels.py::add", 4096]["n4096"]["gbps"] is None  # no bytes_moved
+    assert timings["kernels.py::scale", 16384]["large"]["gbps"] > 0
 
     compared = project.run()
     compared.assert_outcomes(passed=8)
@@ -90,7 +98,7 @@ def test_update_baseline_writes_a_stable_file_that_the_next_run_compares_against
     assert set(rows) == {("add", "n4096"), ("scale", "small"), ("scale", "half"), ("scale", "large")}
     for (target, case_id), row in rows.items():
         key = 16384 if case_id == "large" else 4096
-        timing = by_key[f"kernels.py::{target}", key]["timings"][case_id]
+        timing = timings[f"kernels.py::{target}", key][case_id]
         assert abs(_number(row[3]) - timing["median_us"]) <= 0.01 * timing["median_us"]
         assert abs(_number(row[4]) - _number(row[2]) / _number(row[3])) < 0.05 * _number(row[4]) + 0.01
         assert row[-1] in {"ok", "drift", "faster"}, row
