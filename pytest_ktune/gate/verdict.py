@@ -21,7 +21,8 @@ from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Baseline, Record
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import seconds
-from pytest_ktune.gate.decision import Threshold, confirm, screen
+from pytest_ktune.gate.decision import Threshold, confirm, screen, stop_rule
+from pytest_ktune.measure.ab import FASTER, SLOWER, ABResult
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef, Measurer
 from pytest_ktune.measure.verify import case_seed
@@ -217,11 +218,11 @@ class Gate:
                     f"{target.name}[{item.case_id}] on {device}: {numbers}. {exc.why}, so the "
                     "slowdown could not be confirmed A/B. Record baselines from committed sources, or run "
                     "with --ktune-update-baseline if the slowdown is accepted."))
-            a, b = self.measurer.ab(self.case_ref(item), params, base.params, old_source)
-        c = confirm(a, b, threshold)
-        ab_text = (f"same-run A/B: current {seconds(a.median)} vs the baseline's "
-                   f"{'source and ' if not same_source else ''}parameters {seconds(b.median)}: "
-                   f"x{c.ratio:.3f}, p={c.p_value:.2g}")
+            r = self.measurer.ab(self.case_ref(item), params, base.params, old_source, stop_rule(threshold))
+        c = confirm(r.a, r.b, threshold)
+        ab_text = (f"same-run A/B: current {seconds(r.a.median)} vs the baseline's "
+                   f"{'source and ' if not same_source else ''}parameters {seconds(r.b.median)}: "
+                   f"x{c.ratio:.3f}, p={c.p_value:.2g} ({ab_stop_note(r)})")
         if not c.confirmed:
             return row.result(verdict="ok", note=f"screen flagged {numbers}; {ab_text}: not a regression")
         changed = []
@@ -279,3 +280,13 @@ class Gate:
                                "The files the source includes changed since the baseline, and git holds "
                                f"no copy of the baseline's {what} at commit {commit or '(none recorded)'}")
         return pin_includes(path, text, headers, scratch)
+
+
+def ab_stop_note(r: ABResult) -> str:
+    """How the A/B's sample ended, in the gate's words: ``stopped early after 6 pairs, certainly slower
+    than the threshold allows``, or ``40 pairs, both medians precise``."""
+    if r.stopped == SLOWER:
+        return f"stopped early after {r.pairs} pairs, certainly slower than the threshold allows"
+    if r.stopped == FASTER:
+        return f"stopped early after {r.pairs} pairs, certainly within the threshold"
+    return r.reason

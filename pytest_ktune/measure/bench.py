@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_ktune.backends.base import Backend, Launch, Timer
+from pytest_ktune.backends.base import Backend, Launch
 
 
 @dataclass(frozen=True)
@@ -142,35 +142,6 @@ def measure(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig
                     return m
     finally:
         timer.close()
-
-
-def measure_ab(backend: Backend, sets_a: Sequence[Sequence[Launch]], sets_b: Sequence[Sequence[Launch]],
-               cfg: BenchConfig, *, flush: bool) -> tuple[Measurement, Measurement]:
-    """Time A and B interleaved (ABBA order) in one process, so drift hits both alike."""
-    repeats = min(calibrate(backend, sets_a, cfg, flush), calibrate(backend, sets_b, cfg, flush))
-    ta, tb = backend.timer(sets_a, repeats), backend.timer(sets_b, repeats)
-    a: list[float] = []
-    b: list[float] = []
-    start = time.perf_counter()
-    timers: tuple[tuple[Timer, list[float], int], ...] = ((ta, a, len(sets_a)), (tb, b, len(sets_b)))
-    try:
-        ta.sample(flush)
-        tb.sample(flush)
-        i = 0
-        while True:
-            order = timers if i % 2 == 0 else timers[::-1]
-            for timer, out, nsets in order:
-                out.append(timer.sample(flush) / nsets)
-            i += 1
-            if len(a) >= cfg.min_samples:
-                ma = Measurement(tuple(a), repeats, flush, len(sets_a), ta.mode)
-                mb = Measurement(tuple(b), repeats, flush, len(sets_b), tb.mode)
-                precise = max(ma.rel_ci, mb.rel_ci) <= cfg.ci_target
-                if precise or len(a) >= cfg.max_samples or time.perf_counter() - start > 2 * cfg.max_time_s:
-                    return ma, mb
-    finally:
-        ta.close()
-        tb.close()
 
 
 EXACT_MAX = 60  # with ``exact``, samples of at most this many values in all get the exact null distribution

@@ -19,7 +19,6 @@ from pytest_ktune.measure.bench import (
     calibrate,
     mann_whitney_greater,
     measure,
-    measure_ab,
     median_ci,
     rotation_for,
     should_flush,
@@ -163,21 +162,6 @@ def test_measuring_stops_at_max_time_when_never_precise(monkeypatch: pytest.Monk
     m = measure(backend, launch_sets(FakeFunction(), 1), _cfg(max_samples=10_000, max_time_s=1.0),
                 flush=True)
     assert CFG.min_samples <= len(m.samples) <= 12
-
-
-def test_a_and_b_are_interleaved_abba_with_equal_repeats() -> None:
-    def script(timer: FakeTimer, _i: int) -> float:
-        return (2e-5 if timer.label == "A" else 1e-5) * len(timer.sets)
-
-    backend = FakeBackend(script)
-    ma, mb = measure_ab(backend, launch_sets(FakeFunction("A"), 2), launch_sets(FakeFunction("B"), 2),
-                        _cfg(min_samples=4), flush=True)
-    assert ma.repeats == mb.repeats == 25  # the smaller of A's 25 and B's 50
-    assert ma.median == pytest.approx(2e-5) and mb.median == pytest.approx(1e-5)
-    assert len(ma.samples) == len(mb.samples) == 4
-    timed = [label for label, repeats in backend.log if repeats == 25]
-    assert timed == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]
-    assert all(t.closed for t in backend.timers)
 
 
 def test_calibration_with_a_known_answer_runs_nothing() -> None:
