@@ -26,6 +26,7 @@ from pytest_ktune.measure.ab import (
     planned_looks,
 )
 from pytest_ktune.measure.bench import BenchConfig
+from pytest_ktune.tuner.decide import AB_STOP
 
 from ._fakes import FakeBackend, FakeClock, FakeFunction, FakeTimer, TimeScript, launch_sets
 
@@ -210,3 +211,11 @@ def test_the_gate_says_how_its_ab_stopped() -> None:
     full, _ = _ab_run(_noisy({"A": 50e-5, "B": 1e-5}, 0.02, 1))
     assert ab_stop_note(full) == "48 pairs, the most a sample takes"
 
+
+def test_the_tuner_stops_early_only_on_a_certain_loser() -> None:
+    """The tuner's A is the parameters in use, B the candidate: a candidate 3 % slower is rejected early;
+    one 3 % faster takes the whole sample, since a winner's timings become its baseline."""
+    loser, _ = _ab_run(_noisy({"A": 1e-5, "B": 1.03e-5}, 0.005, 6), stop=AB_STOP)
+    assert loser.stopped == FASTER and loser.pairs < CFG.max_samples, loser.reason
+    winner, _ = _ab_run(_noisy({"A": 1.03e-5, "B": 1e-5}, 0.005, 6), stop=AB_STOP)
+    assert winner.stopped == MAX_SAMPLES, winner.reason
