@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_ktune.core.threshold import Threshold
+from pytest_ktune.measure.ab import Stop
 from pytest_ktune.measure.bench import Measurement, mann_whitney_greater
 
-__all__ = ["ALPHA", "Confirmation", "Screen", "Threshold", "confirm", "faster", "screen"]
+__all__ = ["ALPHA", "Confirmation", "Screen", "Threshold", "confirm", "faster", "screen", "stop_rule"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,13 @@ class Confirmation:
 
 
 ALPHA = 0.01
+
+
+def stop_rule(threshold: Threshold) -> Stop:
+    """When the A/B may end before its sample is complete: once A is certainly slower than the
+    threshold allows, or certainly within it, at ALPHA over the planned looks. ``confirm`` judges
+    the samples either way."""
+    return Stop.threshold(threshold.fraction, ALPHA)
 
 
 def confirm(a: Measurement, b: Measurement, threshold: Threshold) -> Confirmation:

@@ -21,8 +21,9 @@ from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Baseline, Record, source_changed
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import seconds
-from pytest_ktune.gate.decision import Threshold, confirm, faster, screen
+from pytest_ktune.gate.decision import Threshold, confirm, faster, screen, stop_rule
 from pytest_ktune.gate.reference import BaseRef, Reference, Unavailable, at_ref, of_baseline
+from pytest_ktune.measure.ab import FASTER, SLOWER, ABResult
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef, Measurer
 from pytest_ktune.measure.verify import case_seed
@@ -209,11 +210,12 @@ class Gate:
         """The changed case timed side by side with its reference: its verdict, the row's time the A
         side's and its reference the B side's."""
         threshold = self.threshold_for(item)
-        a, b = self.measurer.ab(self.case_ref(item), params, ref.params, ref.source)
+        r = self.measurer.ab(self.case_ref(item), params, ref.params, ref.source, stop_rule(threshold))
+        a, b = r.a, r.b
         c = confirm(a, b, threshold)
         row = replace(self._row(item, params, a), baseline_us=b.median * 1e6, ratio=c.ratio)
         ab_text = (f"same-run A/B against {ref.label}: {seconds(a.median)} vs {seconds(b.median)}, "
-                   f"x{c.ratio:.3f}, p={c.p_value:.2g}")
+                   f"x{c.ratio:.3f}, p={c.p_value:.2g} ({ab_stop_note(r)})")
         changed = "; ".join(ref.changes)
         if not c.confirmed:
             verdict = "faster" if faster(a, b, threshold) else "ok"
@@ -283,3 +285,13 @@ class Gate:
             f"{item.target.name}[{item.case_id}] on {device.name}: {numbers}. {exc.why}, so the slowdown could not "
             "be confirmed A/B. Record baselines from committed sources, or run with --ktune-update-baseline if "
             "the slowdown is accepted."))
+
+
+def ab_stop_note(r: ABResult) -> str:
+    """How the A/B's sample ended, in the gate's words: ``stopped early after 6 pairs, certainly slower
+    than the threshold allows``, or ``40 pairs, both medians precise``."""
+    if r.stopped == SLOWER:
+        return f"stopped early after {r.pairs} pairs, certainly slower than the threshold allows"
+    if r.stopped == FASTER:
+        return f"stopped early after {r.pairs} pairs, certainly within the threshold"
+    return r.reason

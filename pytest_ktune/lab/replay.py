@@ -25,6 +25,7 @@ from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store
 from pytest_ktune.core.target import Target
 from pytest_ktune.lab.landscape import CaseTiming, Landscape, LandscapeError, Point, space_of
+from pytest_ktune.measure.ab import Stop
 from pytest_ktune.measure.worker import ABOutcome, CaseTime, Outcome, WorkerSpec
 from pytest_ktune.tuner.equivalence import classes
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
@@ -98,7 +99,10 @@ class ReplayPool:
                 continue
             yield Outcome(dict(cfg), "ok", times=self._times(p), compile_s=p.compile_s)
 
-    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int,
+           stop: Stop | None = None) -> ABOutcome:
+        """Ten draws a side from the recorded spread (``stop`` changes nothing: a replay's samples cost no
+        time)."""
         if self.landscape.imported and config_key(current) not in self.points:
             # A stand-in target has no default, so a replay of an imported landscape has nothing to set
             # its best against: the trace is what the replay is for.

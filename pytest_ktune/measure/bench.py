@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_ktune.backends.base import Backend, Launch, Timer
+from pytest_ktune.backends.base import Backend, Launch
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,16 @@ def calls_per_sample(backend: Backend, launches: Sequence[Launch], cfg: BenchCon
     """How many calls of one input set one sample of ``cfg.min_sample_s`` holds: the most input sets
     worth rotating through. A call that lasts a whole sample (1) is timed alone after each flush, so
     rotating through more sets would only make every sample longer."""
-    return _calibrate(backend, [launches], cfg, flush)
+    return calibrate(backend, [launches], cfg, flush)
 
 
-def _calibrate(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig, flush: bool) -> int:
-    """Repeats per sample such that one sample lasts at least ``cfg.min_sample_s``."""
+def calibrate(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig, flush: bool, *,
+              most: int | None = None) -> int:
+    """Repeats per sample such that one sample lasts at least ``cfg.min_sample_s``, and at most ``most``
+    (default ``cfg.max_repeats``); with ``most`` 1 the answer is known and nothing runs."""
+    most = cfg.max_repeats if most is None else min(most, cfg.max_repeats)
+    if most <= 1:
+        return 1
     timer = backend.timer(sets, 1)
     try:
         for _ in range(cfg.warmup):
@@ -111,14 +118,14 @@ def _calibrate(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchCon
     finally:
         timer.close()
     if once <= 0:
-        return cfg.max_repeats
-    return max(1, min(cfg.max_repeats, math.ceil(cfg.min_sample_s / once)))
+        return most
+    return max(1, min(most, math.ceil(cfg.min_sample_s / once)))
 
 
 def measure(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig, *,
             flush: bool) -> Measurement:
     """Time one call (one pass over ``sets``, divided by their number) until the median is precise."""
-    repeats = _calibrate(backend, sets, cfg, flush)
+    repeats = calibrate(backend, sets, cfg, flush)
     timer = backend.timer(sets, repeats)
     samples: list[float] = []
     start = time.perf_counter()
@@ -137,37 +144,21 @@ def measure(backend: Backend, sets: Sequence[Sequence[Launch]], cfg: BenchConfig
         timer.close()
 
 
-def measure_ab(backend: Backend, sets_a: Sequence[Sequence[Launch]], sets_b: Sequence[Sequence[Launch]],
-               cfg: BenchConfig, *, flush: bool) -> tuple[Measurement, Measurement]:
-    """Time A and B interleaved (ABBA order) in one process, so drift hits both alike."""
-    repeats = min(_calibrate(backend, sets_a, cfg, flush), _calibrate(backend, sets_b, cfg, flush))
-    ta, tb = backend.timer(sets_a, repeats), backend.timer(sets_b, repeats)
-    a: list[float] = []
-    b: list[float] = []
-    start = time.perf_counter()
-    timers: tuple[tuple[Timer, list[float], int], ...] = ((ta, a, len(sets_a)), (tb, b, len(sets_b)))
-    try:
-        ta.sample(flush)
-        tb.sample(flush)
-        i = 0
-        while True:
-            order = timers if i % 2 == 0 else timers[::-1]
-            for timer, out, nsets in order:
-                out.append(timer.sample(flush) / nsets)
-            i += 1
-            if len(a) >= cfg.min_samples:
-                ma = Measurement(tuple(a), repeats, flush, len(sets_a), ta.mode)
-                mb = Measurement(tuple(b), repeats, flush, len(sets_b), tb.mode)
-                precise = max(ma.rel_ci, mb.rel_ci) <= cfg.ci_target
-                if precise or len(a) >= cfg.max_samples or time.perf_counter() - start > 2 * cfg.max_time_s:
-                    return ma, mb
-    finally:
-        ta.close()
-        tb.close()
+EXACT_MAX = 60  # with ``exact``, samples of at most this many values in all get the exact null distribution
 
 
-def mann_whitney_greater(a: Sequence[float], b: Sequence[float]) -> float:
-    """One-sided p-value that samples ``a`` tend to be larger than ``b`` (normal approximation)."""
+def mann_whitney_greater(a: Sequence[float], b: Sequence[float], *, exact: bool = False) -> float:
+    """One-sided p-value that samples ``a`` tend to be larger than ``b``: the normal approximation, with
+    ties at half a pair and a continuity correction.
+
+    With ``exact``, where ``len(a) + len(b) <= EXACT_MAX``, the exact probability under the null instead:
+    the approximation's tail is too heavy for few samples (6 against 6 wholly apart: 0.0026, exactly
+    1/924). There a tie counts against the claim (only ``a > b`` pairs count), which keeps the p-value
+    valid, if conservative, when values tie.
+    """
+    if exact and a and b and len(a) + len(b) <= EXACT_MAX:
+        s = sorted(b)
+        return _u_tail(len(a), len(b))[sum(bisect.bisect_left(s, v) for v in a)]
     pooled = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
     ranks = [0.0] * len(pooled)
     i = 0
@@ -191,3 +182,25 @@ def mann_whitney_greater(a: Sequence[float], b: Sequence[float]) -> float:
         return 1.0
     z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(var)
     return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+@functools.lru_cache(maxsize=128)
+def _u_tail(n1: int, n2: int) -> tuple[float, ...]:
+    """P(U >= u) for u = 0 .. n1 * n2, where U counts the pairs in which a sample of ``n1`` values beats one
+    of ``n2``, every order of the pooled values being alike: how many orders give each U are the
+    coefficients of the Gaussian binomial, prod over i = 1..m of (1 - q^(n+i)) / (1 - q^i), m = min(n1, n2)."""
+    m, n = min(n1, n2), max(n1, n2)
+    top = m * n
+    counts = [1] + [0] * top  # a power series in q, exact up to q^top (the polynomial's degree)
+    for i in range(1, m + 1):
+        for d in range(top, n + i - 1, -1):  # times (1 - q^(n+i))
+            counts[d] -= counts[d - n - i]
+        for d in range(i, top + 1):  # over (1 - q^i)
+            counts[d] += counts[d - i]
+    total = math.comb(n1 + n2, n1)
+    tail = [0.0] * (top + 1)
+    above = 0
+    for u in range(top, -1, -1):
+        above += counts[u]
+        tail[u] = above / total
+    return tuple(tail)

@@ -23,7 +23,8 @@ from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneErro
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure import compiler_output
-from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab
+from pytest_ktune.measure.ab import ABResult, Stop, measure_ab
+from pytest_ktune.measure.bench import BenchConfig, Measurement, measure
 from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets, verify_once
 from pytest_ktune.measure.process import ChildProcess, ChildStartError, ignore_interrupts
 from pytest_ktune.measure.worker import TargetRef, import_target
@@ -64,7 +65,7 @@ class Measurer(Protocol):
     def time(self, case: CaseRef, params: Mapping[str, Value]) -> Measurement: ...
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None) -> tuple[Measurement, Measurement]: ...
+           source_b: str | None, stop: Stop | None = None) -> ABResult: ...
 
 
 class ItemCrash(KtuneError):
@@ -146,10 +147,11 @@ class MeasureService:
         return m
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None) -> tuple[Measurement, Measurement]:
-        pair: tuple[Measurement, Measurement] = self._ask(_what("timing A/B", case),
-                                                         ("ab", case, dict(a), dict(b), source_b))
-        return pair
+           source_b: str | None, stop: Stop | None = None) -> ABResult:
+        """A (``a``) against B (``b``, on ``source_b`` where given) interleaved; ``stop``: the caller's rule
+        to end the sample early (``measure.ab``)."""
+        result: ABResult = self._ask(_what("timing A/B", case), ("ab", case, dict(a), dict(b), source_b, stop))
+        return result
 
     def close(self) -> None:
         self._child.close()
@@ -201,13 +203,13 @@ class _Service:
             self.backend.release()
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None) -> tuple[Measurement, Measurement]:
+           source_b: str | None, stop: Stop | None) -> ABResult:
         job = self.job(case)
         try:
             sets_a, flush = timing_sets(job, a, case.seed, repro=case.repro, cache=self.fixtures, cfg=self.cfg)
             sets_b, _ = timing_sets(job, b, case.seed, repro=case.repro, source=source_b, cache=self.fixtures,
                                      cfg=self.cfg)
-            return measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush)
+            return measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush, stop=stop)
         finally:
             self.backend.release()
 

@@ -34,7 +34,8 @@ from pytest_ktune.core.errors import (
 )
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.bench import BenchConfig, measure, measure_ab
+from pytest_ktune.measure.ab import Stop, measure_ab
+from pytest_ktune.measure.bench import BenchConfig, measure
 from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets, verify_once
 from pytest_ktune.measure.process import ChildProcess, ChildStartError, ignore_interrupts
 from pytest_ktune.measure.runtime import compile_target
@@ -103,12 +104,15 @@ class Outcome:
 
 @dataclass(frozen=True)
 class ABOutcome:
-    """Per case, interleaved A/B timings of the current (A) and candidate (B) configurations."""
+    """Per case, interleaved A/B timings of the current (A) and candidate (B) configurations, and how
+    each case's sample stopped (``measure.ab.ABResult.stopped``: ``slower``, ``precise``, …; empty
+    where nothing says)."""
 
     status: str
     reason: str = ""
     current: tuple[CaseTime, ...] = ()
     candidate: tuple[CaseTime, ...] = ()
+    stopped: tuple[str, ...] = ()
 
 
 def import_target(ref: TargetRef) -> Target:
@@ -233,10 +237,12 @@ class _Evaluator:
                 return f"{res.shared_bytes}{dynamic} bytes of shared memory > {dev.shared_limit} per block"
         return ""
 
-    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int,
+           stop: Stop | None = None) -> ABOutcome:
 
         cur: list[CaseTime] = []
         cand: list[CaseTime] = []
+        stopped: list[str] = []
         try:
             for j, job in enumerate(self.jobs):
                 # Both on the same fresh inputs (a fixture of their own, not the candidates'), so that
@@ -244,15 +250,17 @@ class _Evaluator:
                 fixtures = FixtureCache(keep_one_case=True)
                 sets_a, flush = timing_sets(job, current, seed + 31 * j, cache=fixtures, cfg=self.cfg)
                 sets_b, _ = timing_sets(job, candidate, seed + 31 * j, cache=fixtures, cfg=self.cfg)
-                a, b = measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush)
+                r = measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush, stop=stop)
                 del sets_a, sets_b
+                a, b = r.a, r.b
                 cur.append(CaseTime(job.case_id, a.median, a.samples, a.ci, a.iqr))
                 cand.append(CaseTime(job.case_id, b.median, b.samples, b.ci, b.iqr))
+                stopped.append(r.stopped)
         except KtuneError as exc:
             return ABOutcome("failed", _one_line(exc.message))
         finally:
             self.backend.release()
-        return ABOutcome("ok", current=tuple(cur), candidate=tuple(cand))
+        return ABOutcome("ok", current=tuple(cur), candidate=tuple(cand), stopped=tuple(stopped))
 
 
 def _one_line(text: str, limit: int = 400) -> str:
@@ -316,8 +324,8 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
                     out = Outcome(cfg, "failed", _one_line(text), compile_s=secs)
                 conn.send(("outcome", out))
         elif kind == "ab":
-            _, current, candidate, seed = msg
-            conn.send(("ab", ev.ab(current, candidate, seed)))
+            _, current, candidate, seed, stop = msg
+            conn.send(("ab", ev.ab(current, candidate, seed, stop)))
 
 
 class CandidatePool(Protocol):
@@ -335,7 +343,10 @@ class CandidatePool(Protocol):
 
     def evaluate(self, configs: Sequence[Mapping[str, Value]], seed: int) -> Iterator[Outcome]: ...
 
-    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome: ...
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int,
+           stop: Stop | None = None) -> ABOutcome:
+        """Each case timed A/B, interleaved; ``stop``: the tuner's rule to end a case's sample early."""
+        ...
 
     def __enter__(self) -> CandidatePool: ...
 
@@ -396,9 +407,10 @@ class WorkerPool:
                 yield out
             seed += 1
 
-    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int) -> ABOutcome:
+    def ab(self, current: Mapping[str, Value], candidate: Mapping[str, Value], seed: int,
+           stop: Stop | None = None) -> ABOutcome:
         self.ensure()
-        self._child.send(("ab", dict(current), dict(candidate), seed))
+        self._child.send(("ab", dict(current), dict(candidate), seed, stop))
         timeout = max(self.trial_timeout_s * 2 * max(1, len(self.spec.cases)), 60.0)
         msg = self._child.recv(timeout)
         if msg is None:

@@ -10,6 +10,7 @@ from pytest_ktune.core.case import Case
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Timing, Tuned, new_baseline, source_changed
 from pytest_ktune.core.target import Target
+from pytest_ktune.measure.ab import FASTER, SLOWER, Stop
 from pytest_ktune.measure.bench import mann_whitney_greater
 from pytest_ktune.measure.worker import ABOutcome, CaseTime
 from pytest_ktune.tuner.outcome import CaseChange
@@ -19,6 +20,11 @@ MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significan
 
 
 ALPHA = 0.01
+
+# The A/B of a case may end as soon as the candidate (B) is certainly more than MIN_GAIN slower than the
+# parameters in use (A): a certain loser. Never on a gain: a winner's A/B timings become its baseline,
+# which wants the whole sample.
+AB_STOP = Stop(above=None, below=1 / (1 + MIN_GAIN), alpha=ALPHA)
 
 
 def case_timing(target: Target, case: Case, t: CaseTime) -> Timing:
@@ -43,7 +49,9 @@ def decide(ab: ABOutcome) -> tuple[bool, str]:
             faster += 1
     ratio = cand / cur
     if slower:
-        return False, f"the best found is slower on {', '.join(slower)} in same-run A/B; kept the current"
+        early = sum(1 for how in ab.stopped if how in (SLOWER, FASTER))
+        how = f" (stopped early on {early} of {len(ab.stopped)} cases)" if early else ""
+        return False, f"the best found is slower on {', '.join(slower)} in same-run A/B{how}; kept the current"
     if ratio > 1 - MIN_GAIN or not faster:
         return False, (f"the best found is not faster beyond noise in same-run A/B (x{cur / cand:.3f}); "
                        "kept the current")

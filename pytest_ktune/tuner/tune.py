@@ -27,7 +27,7 @@ from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import first_line as _first_line
 from pytest_ktune.measure.runtime import refuse_redefinitions
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
-from pytest_ktune.tuner.decide import Finished, baseline_is_stale, decide, new_record
+from pytest_ktune.tuner.decide import AB_STOP, Finished, baseline_is_stale, decide, new_record
 from pytest_ktune.tuner.encoding import Encoding, check_space, label_study, stored_mode
 from pytest_ktune.tuner.equivalence import classes, representatives
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
@@ -206,7 +206,9 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
                 # A baseline measured on another version of the source is measured again, on this one.
                 ab = pool.ab(current, current, seed + 99991) if baseline_is_stale(rec, target, ctx.backend) else None
             else:
-                ab = pool.ab(current, best_cfg, seed + 99991)
+                # A baseline measured again from this A/B (a stale one) wants the whole sample.
+                stop = None if baseline_is_stale(rec, target, ctx.backend) else AB_STOP
+                ab = pool.ab(current, best_cfg, seed + 99991, stop)
                 accepted, decision = decide(ab)
             tuned = Tuned(date=now_utc(), sampler=settings.sampler, trials=loop.timed(), study=name,
                           result=decision)

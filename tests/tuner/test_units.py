@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.redact import redact
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, target_id
+from pytest_ktune.measure.ab import FASTER, MAX_SAMPLES
 from pytest_ktune.measure.worker import ABOutcome, CaseTime
 from pytest_ktune.tuner.decide import decide
 from pytest_ktune.tuner.encoding import POSITIONS, VALUES, Encoding
@@ -175,6 +177,13 @@ def test_faster_in_total_but_slower_on_one_case_is_kept() -> None:
     accepted, why = decide(ab([("big", 100.0), ("small", 10.0)], [("big", 50.0), ("small", 12.0)]))
     assert not accepted
     assert why == "the best found is slower on small in same-run A/B; kept the current"
+
+
+def test_a_case_stopped_early_says_so() -> None:
+    out = ab([("big", 100.0), ("small", 10.0)], [("big", 50.0), ("small", 12.0)])
+    accepted, why = decide(replace(out, stopped=(MAX_SAMPLES, FASTER)))
+    assert not accepted
+    assert why == "the best found is slower on small in same-run A/B (stopped early on 1 of 2 cases); kept the current"
 
 
 def test_a_failed_ab_keeps_the_current_parameters() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from typing import Any
@@ -12,10 +13,12 @@ import pytest
 
 from pytest_ktune.measure import bench as _bench
 from pytest_ktune.measure.bench import (
+    EXACT_MAX,
     BenchConfig,
     Measurement,
+    calibrate,
+    mann_whitney_greater,
     measure,
-    measure_ab,
     median_ci,
     rotation_for,
     should_flush,
@@ -161,22 +164,46 @@ def test_measuring_stops_at_max_time_when_never_precise(monkeypatch: pytest.Monk
     assert CFG.min_samples <= len(m.samples) <= 12
 
 
-def test_a_and_b_are_interleaved_abba_with_equal_repeats() -> None:
-    def script(timer: FakeTimer, _i: int) -> float:
-        return (2e-5 if timer.label == "A" else 1e-5) * len(timer.sets)
-
-    backend = FakeBackend(script)
-    ma, mb = measure_ab(backend, launch_sets(FakeFunction("A"), 2), launch_sets(FakeFunction("B"), 2),
-                        _cfg(min_samples=4), flush=True)
-    assert ma.repeats == mb.repeats == 25  # the smaller of A's 25 and B's 50
-    assert ma.median == pytest.approx(2e-5) and mb.median == pytest.approx(1e-5)
-    assert len(ma.samples) == len(mb.samples) == 4
-    timed = [label for label, repeats in backend.log if repeats == 25]
-    assert timed == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]
-    assert all(t.closed for t in backend.timers)
+def test_calibration_with_a_known_answer_runs_nothing() -> None:
+    backend = FakeBackend(per_launch(1e-5))
+    assert calibrate(backend, launch_sets(FakeFunction(), 1), CFG, True, most=1) == 1
+    assert not backend.timers
+    assert calibrate(backend, launch_sets(FakeFunction(), 1), CFG, True, most=7) == 7, "capped at most"
+    assert calibrate(backend, launch_sets(FakeFunction(), 1), CFG, True) == 100
 
 
 def test_cpu_backends_get_a_cheaper_configuration() -> None:
     cpu = BenchConfig.for_backend(FakeBackend(per_launch(1e-5)))
     assert cpu.max_time_s < BenchConfig().max_time_s
     assert cpu.max_samples < BenchConfig().max_samples
+
+
+# -- the rank test's exact tail ------------------------------------------------------------------
+@pytest.mark.parametrize(("n1", "n2"), [(1, 1), (2, 3), (3, 4), (4, 4), (5, 2)])
+def test_the_exact_tail_counts_every_order(n1: int, n2: int) -> None:
+    pooled = range(n1 + n2)
+    for chosen in itertools.combinations(pooled, n1):
+        rest = [v for v in pooled if v not in chosen]
+        u = sum(x > y for x in chosen for y in rest)
+        orders = sum(sum(x > y for x in c for y in [v for v in pooled if v not in c]) >= u
+                     for c in itertools.combinations(pooled, n1))
+        p = mann_whitney_greater([float(x) for x in chosen], [float(y) for y in rest], exact=True)
+        assert p == pytest.approx(orders / math.comb(n1 + n2, n1))
+
+
+def test_exact_p_reaches_what_the_normal_approximation_cannot() -> None:
+    apart = ([float(6 + i) for i in range(6)], [float(i) for i in range(6)])
+    assert mann_whitney_greater(*apart, exact=True) == pytest.approx(1 / 924)
+    assert mann_whitney_greater(*apart) > 0.01 / 6, "the approximation could not stop at 6 against 6"
+
+
+def test_exact_p_counts_ties_against_the_claim() -> None:
+    a, b = [1.0, 2.0, 3.0, 3.0], [0.5, 3.0, 3.0, 3.0]
+    assert mann_whitney_greater(a, b, exact=True) >= mann_whitney_greater(a, [v - 1e-9 for v in b], exact=True)
+    assert mann_whitney_greater([2.0] * 6, [2.0] * 6, exact=True) == 1.0
+
+
+def test_large_samples_use_the_normal_approximation() -> None:
+    n = EXACT_MAX // 2 + 1
+    a, b = [float(n + i) for i in range(n)], [float(i) for i in range(n)]
+    assert mann_whitney_greater(a, b, exact=True) == mann_whitney_greater(a, b)

@@ -20,6 +20,7 @@ from pytest_ktune.core.target import Target
 from pytest_ktune.gate.decision import Threshold
 from pytest_ktune.gate.reference import BaseRef, missing_at_head
 from pytest_ktune.gate.verdict import DRIFT, NO_BASELINE, REGRESSION, Gate, GateSettings, Item
+from pytest_ktune.measure.ab import MAX_SAMPLES, ABResult, Stop
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef
 
@@ -65,9 +66,9 @@ class FakeMeasurer:
         return _m(self._cost(params, None))
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None) -> tuple[Measurement, Measurement]:
+           source_b: str | None, stop: Stop | None = None) -> ABResult:
         self.abs_run.append((dict(a), dict(b), source_b))
-        return _m(self._cost(a, None)), _m(self._cost(b, source_b))
+        return ABResult(a=_m(self._cost(a, None)), b=_m(self._cost(b, source_b)), stopped=MAX_SAMPLES)
 
 
 def _git(repo: Path, *args: str) -> str:
