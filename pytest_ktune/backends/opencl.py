@@ -505,10 +505,12 @@ def _build_log(exc: Any) -> str:
 def _identity(cl: Any, dev: Any) -> str:
     """What tells this device's timings from another's of the same name (``base.identity_of``): its
     compute units, clock, memory, driver and platform version, and for a CPU device the host's
-    processor (PoCL names a CPU device by a shortened model name only)."""
+    processor in place of the memory (PoCL names a CPU device by a shortened model name only)."""
     name = f"{dev.name.strip()} ({dev.platform.name.strip()}) [opencl]"
-    gib = int(dev.global_mem_size) / 2**30
     cpu = host_cpu() if _kind(cl, dev) == "cpu" else ""
+    # A CPU device's global memory is what the host has free when it starts (PoCL), so it names no
+    # machine; a GPU's is fixed.
+    memory = "" if cpu else f"{int(dev.global_mem_size) / 2**30:.1f} GiB"
     return identity_of(name, f"{int(dev.max_compute_units)} CUs", f"{int(dev.max_clock_frequency)} MHz",
-                       f"{gib:.1f} GiB", f"driver {dev.driver_version.strip()}",
+                       memory, f"driver {dev.driver_version.strip()}",
                        " ".join(dev.platform.version.split()), cpu)
