@@ -63,7 +63,8 @@ from pytest_ktune.core.dtypes import bfloat16_dtype, is_bfloat16  # noqa: E402
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, MismatchError, StoreError  # noqa: E402
 from pytest_ktune.core.store import Store, target_id  # noqa: E402
 from pytest_ktune.core.target import Target  # noqa: E402
-from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, measure_ab, rotation_for, should_flush  # noqa: E402
+from pytest_ktune.measure.ab import measure_ab  # noqa: E402
+from pytest_ktune.measure.bench import BenchConfig, Measurement, measure, rotation_for, should_flush  # noqa: E402
 from pytest_ktune.measure.runtime import run  # noqa: E402
 from pytest_ktune.measure.verify import call_reference, case_seed, check_outputs, draw_inputs, upload  # noqa: E402
 
@@ -863,7 +864,8 @@ class Bench:
             try:
                 sa = self.kernel_sets(target, default, dev_sets)
                 sb = self.kernel_sets(target, tuned.params, dev_sets)
-                res.default.m, res.tuned.m = measure_ab(self.backend, sa, sb, self.cfg, flush=flush)
+                ab = measure_ab(self.backend, sa, sb, self.cfg, flush=flush)
+                res.default.m, res.tuned.m = ab.a, ab.b
                 res.timing_how = "measure_ab: default and tuned interleaved (ABBA)"
                 return
             except Exception as exc:
