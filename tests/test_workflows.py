@@ -82,6 +82,10 @@ def test_the_gate_runs_on_the_gpu_runner_and_keeps_the_junit_report() -> None:
     assert '["self-hosted", "gpu"]' in job["runs-on"]
     run = _run(job)
     assert "--ktune " in run and "--ktune-junit=reports/ktune-junit.xml" in run
+    # Changed targets are judged against the base branch in the same run; missing records fail closed.
+    assert '--ktune-base="$BASE_REF"' in run and "--ktune-strict" in run
+    gate_step = next(s for s in _steps(job) if s.get("name") == "Gate")
+    assert gate_step["env"]["BASE_REF"] == "origin/${{ github.base_ref }}"
     assert '--ktune-markdown="$GITHUB_STEP_SUMMARY"' in run  # the summary table on the run's page
     upload = [s for s in _steps(job) if str(s.get("uses", "")).startswith("actions/upload-artifact@")]
     assert upload and upload[0]["with"]["path"] == "reports/" and "cancelled()" in upload[0]["if"]
@@ -142,7 +146,11 @@ def test_the_tuning_job_alone_may_write() -> None:
     assert set(wf["on"]) == {"schedule", "workflow_dispatch"}
     assert wf["on"]["schedule"][0]["cron"]
     assert wf["permissions"] == {}
-    (job,) = wf["jobs"].values()
+    assert set(wf["jobs"]) == {"tune", "baselines"}
+    baselines = wf["jobs"]["baselines"]
+    assert baselines["permissions"] == {"contents": "write", "pull-requests": "write"}
+    assert "--ktune-update-baseline --ktune-write=pr" in _run(baselines)  # stale baselines refreshed by PR
+    job = wf["jobs"]["tune"]
     assert job["runs-on"] == ["self-hosted", "gpu"]
     assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
     assert "secrets.GITHUB_TOKEN" in job["env"]["GITHUB_TOKEN"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import platform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,35 +73,6 @@ class DeviceInfo:
         """The cache that timing defeats (by rotating input sets, and flushing): the device's
         reported last-level cache, as far as the scratch buffers can cover twice its size."""
         return max(1, min(self.l2_bytes, self.scratch_limit // 2))
-
-
-def identity_of(device_id: str, *facts: str) -> str:
-    """A device's identity for timings: its id and the facts that change timings on devices of that
-    name (multiprocessors, memory, clocks, driver, toolchain, the host CPU of a CPU device), one
-    readable line, so that a params file says which machine recorded what."""
-    return " | ".join([device_id, *(f for f in facts if f)])
-
-
-def host_cpu() -> str:
-    """The host's processor as the operating system names it, with its family and model numbers
-    (a virtual machine may hide the model name but not those) and its logical CPU count; '' where
-    none can be read."""
-    fields: dict[str, str] = {}
-    try:
-        with Path("/proc/cpuinfo").open() as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor's block
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip(), value.strip())
-    except OSError:
-        pass
-    model = fields.get("model name") or platform.processor() or platform.machine()
-    numbers = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
-    cache = fields.get("cache size", "")
-    parts = [model, f"({numbers})" if numbers else "", f"{cache} cache" if cache else "",
-             f"{os.cpu_count() or 0} CPUs"]
-    return " ".join(p for p in parts if p)
 
 
 #: Scratch buffers take at most this fraction (1/8) of device memory each: the copy-bandwidth

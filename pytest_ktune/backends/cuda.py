@@ -22,13 +22,13 @@ from pytest_ktune.backends.base import (
     Resources,
     copy_buffer_bytes,
     flush_bytes,
-    identity_of,
     multiply_add_rate,
     poison_value,
     scalar_arg,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted
 from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size
+from pytest_ktune.backends.identity import cuda_identity
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, LaunchError, LimitError
@@ -249,7 +249,7 @@ class CudaBackend:
             kind="gpu",
             shared_mem_per_block_optin=int(props.get("sharedMemPerBlockOptin", 0) or 0),
             max_constant_bytes=int(props.get("totalConstMem", 0) or 0),
-            identity=_identity(cp, dev_id, name, props, compiler),
+            identity=cuda_identity(cp, dev_id, name, props, compiler),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
@@ -465,27 +465,3 @@ class CudaBackend:
     def release(self) -> None:
         self.cp.get_default_memory_pool().free_all_blocks()
 
-
-def _identity(cp: Any, dev_id: int, name: str, props: Mapping[str, Any], compiler: str) -> str:
-    """What tells this GPU's timings from another's of the same name: multiprocessors, memory, the
-    clocks it reports, the driver and the compiler (``base.identity_of``)."""
-
-    def attribute(prop: str, attr: int) -> int:
-        value = props.get(prop)  # CUDA 13 dropped the clock fields from the properties; ask for attributes
-        if value is None:
-            try:
-                value = cp.cuda.runtime.deviceGetAttribute(attr, dev_id)
-            except Exception:
-                value = 0
-        return int(value or 0)
-
-    clock = attribute("clockRate", 13) // 1000  # kHz -> MHz (cudaDevAttrClockRate)
-    mem_clock = attribute("memoryClockRate", 36) // 1000  # cudaDevAttrMemoryClockRate
-    try:
-        driver = str(cp.cuda.runtime.driverGetVersion())
-    except Exception:
-        driver = "unknown"
-    gib = int(props["totalGlobalMem"]) / 2**30
-    return identity_of(f"{name} [cuda]", f"{int(props['multiProcessorCount'])} SMs",
-                       f"{gib:.0f} GiB", f"{clock} MHz" if clock else "",
-                       f"memory {mem_clock} MHz" if mem_clock else "", f"driver {driver}", compiler)

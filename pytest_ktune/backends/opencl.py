@@ -23,14 +23,13 @@ from pytest_ktune.backends.base import (
     Resources,
     copy_buffer_bytes,
     flush_bytes,
-    host_cpu,
-    identity_of,
     multiply_add_rate,
     poison_value,
     scalar_arg,
     touched_bytes,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted, quiet_stderr
+from pytest_ktune.backends.identity import opencl_identity
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
@@ -278,8 +277,7 @@ class OpenCLBackend:
         if queue is None:
             dev = _pick_device(cl)
             self.context = cl.Context([dev])
-            profiling = cl.command_queue_properties.PROFILING_ENABLE
-            self.queue = cl.CommandQueue(self.context, properties=profiling)
+            self.queue = cl.CommandQueue(self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
         else:
             self.context = queue.context
             self.queue = queue
@@ -300,7 +298,7 @@ class OpenCLBackend:
             max_alloc_bytes=int(dev.max_mem_alloc_size),
             kind=_kind(cl, dev),
             max_constant_bytes=int(dev.max_constant_buffer_size),
-            identity=_identity(cl, dev),
+            identity=opencl_identity(dev, cpu=_kind(cl, dev) == "cpu"),
         )
         self._flush_buf: Any = None
         self._bandwidth: float | None = None
@@ -500,17 +498,3 @@ def _refuse_bfloat16(dtype: Any, shape: tuple[int, ...]) -> None:
 def _build_log(exc: Any) -> str:
     # pyopencl puts the build log into the error's text; keep all of it.
     return str(exc)
-
-
-def _identity(cl: Any, dev: Any) -> str:
-    """What tells this device's timings from another's of the same name (``base.identity_of``): its
-    compute units, clock, memory, driver and platform version, and for a CPU device the host's
-    processor in place of the memory (PoCL names a CPU device by a shortened model name only)."""
-    name = f"{dev.name.strip()} ({dev.platform.name.strip()}) [opencl]"
-    cpu = host_cpu() if _kind(cl, dev) == "cpu" else ""
-    # A CPU device's global memory is what the host has free when it starts (PoCL), so it names no
-    # machine; a GPU's is fixed.
-    memory = "" if cpu else f"{int(dev.global_mem_size) / 2**30:.1f} GiB"
-    return identity_of(name, f"{int(dev.max_compute_units)} CUs", f"{int(dev.max_clock_frequency)} MHz",
-                       memory, f"driver {dev.driver_version.strip()}",
-                       " ".join(dev.platform.version.split()), cpu)

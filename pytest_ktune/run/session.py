@@ -37,6 +37,8 @@ from pytest_ktune.report.results import ItemOutcome, RunResults
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning, autotune_choice
 from pytest_ktune.tuner.outcome import TuneOutcome
+from pytest_ktune.writeback.change import Change
+from pytest_ktune.writeback.deliver import deliver_change, git_mode
 
 
 class Skip(Exception):
@@ -318,11 +320,36 @@ class Session:
         if self.store is None:
             return f"baselines NOT written: {self.store_error.render() if self.store_error else ''}"
         updates = [r for ident, r in self.updates.items() if ident not in self._tuned]
+        n = len(self.updates)
+        if git_mode(self.settings.write_mode):
+            return self._deliver_baselines(updates)
         try:
             self.store.save(updates)
         except KtuneError as exc:
             return f"baselines NOT written: {exc.render()}"
-        n = len(self.updates)
         self.updates = {}
         return f"wrote {n} baseline record(s) to {self.settings.params_path}"
+
+    def _deliver_baselines(self, updates: list[Record]) -> str:
+        """Re-recorded baselines as a patch, a commit or a pull request (``--ktune-write``), the
+        checkout untouched: how the scheduled workflow refreshes stale baselines on main."""
+        try:
+            merged = Store.load(self.settings.params_path)
+            rel = self.settings.params_path.resolve().relative_to(self.settings.root.resolve()).as_posix()
+        except KtuneError as exc:
+            return f"baselines NOT written: {exc.render()}"
+        except ValueError:
+            return f"baselines NOT written: the params file is outside the project root {self.settings.root}"
+        for r in updates:
+            merged.records[r.ident] = r
+        device = self.device_name or self.backend_name
+        targets = tuple(sorted({r.target for r in updates}))
+        change = Change(files={rel: merged.render()}, title=f"ktune: baselines re-recorded on {device}",
+                        body_markdown=(f"pytest-ktune re-recorded {len(updates)} baseline record(s) on **{device}** "
+                                       f"(machine identity `{self._device.machine if self._device else device}`); "
+                                       "the parameters are unchanged.\n\nReproduce with:\n\n```sh\n"
+                                       f"{self.settings.command}\n```\n"),
+                        targets=targets, device=device)
+        self.updates = {}
+        return f"baselines: {deliver_change(self.settings.write_mode, self.settings.root, change)}"
 

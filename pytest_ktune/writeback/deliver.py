@@ -143,6 +143,25 @@ _BUILTIN: dict[str, WriteBack] = {"none": _none, "file": _file, "patch": _git_mo
 assert tuple(_BUILTIN) == WRITE_MODES
 
 
+_GIT_MODES: dict[str, Callable[[Path, Change], str]] = {"patch": _patch, "commit": _commit, "pr": _pr}
+
+
+def deliver_change(mode: str, root: Path, change: Change) -> str:
+    """``change`` delivered through git by the built-in mode ``mode`` (patch, commit or pr), your
+    checkout untouched: one line for the terminal, "NOT written: …" where it could not be."""
+    try:
+        return _GIT_MODES[mode](root, change)
+    except NothingToWrite as exc:
+        return f"nothing to write: {exc.message}"
+    except WritebackError as exc:
+        return f"NOT written: {exc.render()}"
+
+
+def git_mode(mode: str) -> bool:
+    """Whether ``mode`` delivers through git (a patch, a commit or a pull request)."""
+    return mode in _GIT_MODES
+
+
 def builtin_write_back(mode: str) -> WriteBack | None:
     """The built-in write-back mode called ``mode``; None for a mode it does not know."""
     return _BUILTIN.get(mode)

@@ -99,3 +99,16 @@ def test_strict_fails_a_case_with_no_baseline_on_a_machine_that_has_baselines(re
     assert summary_rows(strict)["scale", "n8k"][-1] == "missing"
     assert "no baseline of this case on this machine" in failure_section(strict, "scale::perf[n8k]")
     recorded.run("-v", "-k", "scale").assert_outcomes(passed=4)
+
+
+def test_re_recorded_baselines_travel_as_a_commit_and_leave_the_checkout_alone(recorded: Project) -> None:
+    before = recorded.params_path.read_text()
+    result = recorded.run("--ktune-update-baseline", "--ktune-write=commit")
+    result.assert_outcomes(passed=4)
+    line = next(x for x in result.stdout.lines if x.startswith("ktune: baselines: committed "))
+    branch = line.split("on the new branch ")[1].split(";")[0]
+    assert recorded.params_path.read_text() == before  # the checkout is untouched
+    assert recorded.git("status", "--porcelain").strip() == ""
+    committed = json.loads(recorded.git("show", f"{branch}:ktune-params.json"))
+    assert committed != json.loads(before)  # new timings, under this machine's identity
+    assert {r["params"]["BLOCK"] for r in committed["records"]} == {64}
