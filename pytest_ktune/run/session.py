@@ -183,7 +183,7 @@ class Session:
             row = self.gate.time(item, params)
             assert row.measurement is not None
             self._queue_baseline(item, device, params, row.measurement, row.gbps)
-            timing = rec.baseline.timings.get(item.case_id) if rec and rec.baseline else None
+            timing = rec.baseline.timings_on(device.machine).get(item.case_id) if rec and rec.baseline else None
             note = "baseline recorded" if timing is None else f"baseline updated (was {timing.median_us:.2f} µs)"
             result = row.result(baseline_us=timing.median_us if timing else None,
                                 ratio=row.time_us / timing.median_us if timing and row.time_us else None,
