@@ -75,14 +75,31 @@ def collect(store: Store, targets: Sequence[Target]) -> tuple[list[Exported], li
                              f"{' / '.join(','.join(k) for k in sorted(keys))}", where=str(store.path),
                              hint="tune again, or delete the records of the old key, so that every record of a "
                                   "target has the same key names")
+        # A target's per-backend spaces (per_backend=) add or drop parameters on one backend: the header
+        # names every parameter any backend has, and a record lacks only those its backend dropped,
+        # which take the default.
+        views = [t, *(t.for_backend(b) for b in t.per_backend)]
+        names = tuple(dict.fromkeys(n for v in views for n in v.space.names))
+        default: dict[str, Value] = {}
+        for v in reversed(views):
+            default.update(v.default)
+        default = {n: default[n] for n in names}
+        filled = []
         for e in entries:
-            if set(e.params) != set(t.space.names):
+            space = t.for_backend(_backend_of(e.device)).space.names
+            if set(e.params) != set(space):
                 raise KtuneError(f"a record of {ident} for {e.device} has the parameters {sorted(e.params)}, the "
-                                 f"target's space {list(t.space.names)}", where=str(store.path),
+                                 f"target's space there {list(space)}", where=str(store.path),
                                  hint="tune that key again: the space changed since it was recorded")
-        out.append(Exported(ident, t.name, tuple(t.space.names), dict(t.default), next(iter(keys), ()), entries))
+            filled.append(Entry(e.device, e.key, {**default, **e.params}))
+        out.append(Exported(ident, t.name, names, default, next(iter(keys), ()), tuple(filled)))
     unknown = sorted(set(records) - set(by_id))
     return out, unknown
+
+
+def _backend_of(device: str) -> str:
+    """The backend a params file's device name ends with (``NVIDIA H200 [cuda]`` -> ``cuda``)."""
+    return device.rsplit("[", 1)[-1].rstrip("]") if device.endswith("]") else ""
 
 
 def render_json(targets: Iterable[Exported], source: str) -> str:

@@ -59,7 +59,8 @@ def _assert_only_scale_regressed(result: pytest.RunResult) -> str:
     # The numbers: current time against the baseline's, the ratio and threshold, and the A/B.
     # The numbers are the A/B's: the current kernel, then the baseline's, and their ratio.
     m = re.search(r"scale\[n16k\] on .* regressed: same-run A/B against the baseline \(commit [0-9a-f]+\): "
-                  r"([\d.]+) (µs|ms) vs ([\d.]+) (µs|ms), x([\d.]+), p=[\d.e-]+, beyond the threshold median:5%",
+                  r"([\d.]+) (µs|ms) vs ([\d.]+) (µs|ms), x([\d.]+), p=[\d.e-]+ \([^)]*\), beyond the threshold "
+                  r"median:5%",
                   message)
     assert m, message
     assert float(m.group(5)) > 2, message
