@@ -1,8 +1,10 @@
 """Checking a proposal before it counts: sandboxed, then verified in the isolated worker, then under the tools.
 
 1. The sandbox (``_includes``): every file the source would include is checked before it is read.
-2. The configurations: a covering design over the whole feasible space (``_covering``: every value
-   and every pair of values, per key), plus ``sample`` more drawn at random, the default first.
+2. The configurations: a covering design over the whole feasible space, solved (``_covering``: every
+   value and every pair of values that a feasible configuration holds, per key), plus ``sample`` more
+   drawn at random, the default first. A space whose design needs more configurations than a check
+   verifies is refused, never called verified in part.
 3. The inputs: every case of the base target on the backend (random inputs, drawn from the seed),
    and the added cases of ``_variants`` (edge values, a shape that does not divide) that the base
    kernel itself passes. Each configuration runs on every case whose key its constraints allow, every
@@ -23,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ktune.agent._budget import Budget
-from pytest_ktune.agent._covering import Design, covering_design, value_cover
+from pytest_ktune.agent._covering import MAX_CONFIGS, covering_design, describe, value_cover
 from pytest_ktune.agent._messages import compile_log, for_model
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, _kv
 from pytest_ktune.agent._sandbox import _headers, _source_name, proposal_target
@@ -151,6 +153,13 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     keys_text = list(dict.fromkeys(labels))
     keys = [json.loads(k) for k in keys_text]
     design = covering_design(space, keys, proposal.default, seed=seed, extra=sample)
+    if not design.complete:
+        left = sum(design.needed) - sum(design.covered)
+        return _fail("space", f"the space is too large to verify: holding every value and pair of values that a "
+                              f"feasible configuration holds takes more than {MAX_CONFIGS} configurations (after "
+                              f"{len(design.configs)}, {left} pairs are not covered yet), and a check verifies at "
+                              f"most {MAX_CONFIGS}; give fewer values, or constraints that rule out what the "
+                              "kernel need not run")
     case_key = {i: keys_text.index(label) for i, label in zip(every, labels, strict=True)}
     described = _described(target, base, variants, every, seed)
     source_name = _source_name(base, backend, "_proposal")
@@ -205,7 +214,7 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
                  for i, (cid, what) in described.items()}
     skipped = tuple(v.case_id(base.case_id(base.cases[v.base])) for v in candidate_variants(base, backend)
                     if v not in variants)
-    common: dict[str, Any] = {"cases": tuple(described.values()), "coverage": _coverage(design), "seed": seed,
+    common: dict[str, Any] = {"cases": tuple(described.values()), "coverage": describe(design), "seed": seed,
               "guard_bytes": guard_bytes(), "skipped": skipped,
               "on_edges": tuple(c for c in (dict(design.configs[n]) for n in [0, *on_edges]) if c in checked)
               if edge else ()}
@@ -236,19 +245,6 @@ def _described(target: Target, base: Target, variants: Sequence[Variant], every:
             v = variants[i - len(base.cases)]
             out[i] = (cid, f"added: {v.describe()} (the base kernel passes it)")
     return out
-
-
-def _coverage(design: Design) -> str:
-    pairs = "every value of every parameter and every pair of values of two parameters" \
-        if len(design.configs[0]) > 1 else "every value of its parameter"
-    how = "in the whole feasible space, enumerated" if design.exact else \
-        "in the feasible space, sampled without enumerating it"
-    text = f"{pairs} valid for each key, {how}: {sum(design.covered)} covered"
-    if any(design.unconfirmed):
-        text += f"; {sum(design.unconfirmed)} pairs were found valid in no configuration drawn"
-    if design.extra:
-        text += f", and {design.extra} more drawn at random"
-    return text
 
 
 def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers: set[str],

@@ -230,7 +230,7 @@ class Space:
                 d -= 1
                 continue
             scope[names[d]] = values[d][chosen[d]]
-            if not all(c.holds(scope) for c in closed[d]):
+            if closed[d] and not all(c.holds(scope) for c in closed[d]):
                 continue
             known = holding[d]
             for i, c in opened[d]:

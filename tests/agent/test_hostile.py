@@ -139,6 +139,27 @@ def test_3_a_value_no_first_points_reach_is_checked(hostile: Project) -> None:
     _nothing_written(hostile, before, out)
 
 
+WRONG_AT_BLOCK128 = SCALE_ADD_CL.replace("if (i < n) out[i] = 2.0f * x[i] + y[i];",
+                                        "if (i < n) out[i] = (BLOCK == 128 ? 1.01f : 1.0f) * (2.0f * x[i] + y[i]);")
+
+
+def test_3_the_one_configuration_a_constraint_allows_is_checked(hostile: Project) -> None:
+    # 2 x 2**15 points; BLOCK=128 only with all fifteen switches on, and wrong there on every shape. Drawn
+    # at random, that point is never met; solved, its pairs are feasible and the check runs it.
+    switches = {f"S{i}": [0, 1] for i in range(15)}
+    tpl = {"source": WRONG_AT_BLOCK128, "space": {"BLOCK": [64, 128], **switches},
+           "default": {"BLOCK": 64, **{n: 0 for n in switches}},
+           "constraints": ["BLOCK == 64 or (" + " and ".join(f"S{i} == 1" for i in range(15)) + ")"],
+           "launch": {"block": "BLOCK", "grid": "cdiv(n, BLOCK)"}}
+    before = hostile.files()
+    out = run(hostile, "scale_add", [propose(tpl), finish()])
+    (answer,) = out.tool_answers()[:1]
+    assert answer["ok"] is False and answer["stage"] == "verify", answer
+    assert "BLOCK=128" in answer["message"] and "S14=1" in answer["message"], answer
+    assert out.result.status == "no-template"
+    _nothing_written(hostile, before, out)
+
+
 # -- 4. values random inputs never take --------------------------------------------------------------------
 
 GATE_CLAMPED = """__kernel void gated(__global float* out, __global const float* x, int T, int I) {
