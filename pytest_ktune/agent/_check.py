@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ktune.agent._budget import Budget
+from pytest_ktune.agent._checkrun import Batch, out_of_time, run_design
 from pytest_ktune.agent._covering import MAX_CONFIGS, covering_design, describe, value_cover
 from pytest_ktune.agent._messages import compile_log, for_model
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, _kv
@@ -42,20 +43,6 @@ _SCREENED: dict[str, tuple[Variant, ...]] = {}  # per base kernel, backend and s
 
 def _fail(stage: str, message: str, checked: Sequence[Mapping[str, Value]] = ()) -> ProposalCheck:
     return ProposalCheck(ok=False, stage=stage, message=message, checked=tuple(checked), failures=())
-
-
-def _stage_of(status: str, reason: str) -> str:
-    if status == "infeasible":
-        return "limits"
-    if reason.startswith("compile error"):
-        return "compile"
-    if reason.startswith("no answer within"):
-        return "timeout"
-    low = reason.lower()
-    if reason.startswith("the worker process") or "illegal" in low or "out of bounds" in low \
-            or "misaligned" in low:
-        return "crash"
-    return "verify"
 
 
 def _spec(target: Target, backend: str, cases: Sequence[int], root: Path) -> WorkerSpec:
@@ -164,10 +151,6 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     described = _described(target, base, variants, every, seed)
     source_name = _source_name(base, backend, "_proposal")
     header_names = {p.name for p in headers}
-    checked: list[Mapping[str, Value]] = []
-    failures: list[tuple[Mapping[str, Value], str]] = []
-    infeasible: list[tuple[Mapping[str, Value], str]] = []
-    first, first_stage = "", "ok"
     if budget is not None and budget.spent():
         return _fail("timeout", f"{budget.spent()} before the check")
     # The default first, alone and on every case: a source that does not compile, or is wrong everywhere,
@@ -178,37 +161,19 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     plain = [p for p in range(len(every)) if p not in edge]
     edge_keys = {case_key[every[p]] for p in edge}
     on_edges = [n for n in value_cover(list(design.configs)) if n and design.valid[n] & edge_keys]
-    batches = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
-    over_limits: set[int] = set()
+    batches: list[Batch] = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
+
+    def explain(out: Outcome, stage: str) -> str:
+        return _explain(out, stage, source=proposal.source, source_name=source_name, headers=header_names,
+                        described=described)
+
     try:
         with WorkerPool(_spec(target, backend, every, root), trial_timeout_s=timeout) as pool:
-            for batch, only in batches:
-                todo = [n for n in batch if n not in over_limits]
-                if failures or not todo or (only is not None and not only):
-                    continue
-                configs = [dict(design.configs[n]) for n in todo]
-                for n, out in zip(todo, pool.evaluate(configs, seed, only=only), strict=False):
-                    cfg = dict(out.params)
-                    if out.status == "ok":
-                        if cfg not in checked:
-                            checked.append(cfg)
-                        continue
-                    stage = _stage_of(out.status, out.reason)
-                    if stage == "limits" and n > 0:
-                        infeasible.append((cfg, out.reason))
-                        over_limits.add(n)
-                        continue
-                    failures.append((cfg, out.reason))
-                    if not first:
-                        which = "the default" if n == 0 else "the configuration"
-                        first = f"{which} {_kv(cfg)} failed ({stage}): " + _explain(
-                            out, stage, source=proposal.source, source_name=source_name, headers=header_names,
-                            described=described)
-                        first_stage = stage
-                    if stage in ("crash", "timeout"):
-                        break  # each costs a restarted worker; one is enough to send back
+            got = run_design(pool, design.configs, batches, seed=seed, trial_timeout_s=trial_timeout_s,
+                             budget=budget, explain=explain)
     except KtuneError as exc:
         return _fail("crash", for_model(f"the worker could not run the proposal: {exc.message}", root))
+    checked, failures, infeasible = got.checked, got.failures, got.infeasible
     edge_text = f"on the default and the {len(on_edges)} configurations that hold every value"
     described = {i: (cid, what + (f", {edge_text}" if every.index(i) in edge else ""))
                  for i, (cid, what) in described.items()}
@@ -219,8 +184,11 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
               "on_edges": tuple(c for c in (dict(design.configs[n]) for n in [0, *on_edges]) if c in checked)
               if edge else ()}
     if failures:
-        return ProposalCheck(ok=False, stage=first_stage, message=for_model(first, root), checked=tuple(checked),
+        return ProposalCheck(ok=False, stage=got.stage, message=for_model(got.first, root), checked=tuple(checked),
                              failures=tuple(failures), infeasible=tuple(infeasible), **common)
+    if got.out_of_time:
+        return ProposalCheck(ok=False, stage="timeout", message=out_of_time(got, design.configs, batches),
+                             checked=tuple(checked), failures=(), infeasible=tuple(infeasible), **common)
     runs = _run_tools(tools, target, base, backend=backend, case_key=case_key, every=every, variants=variants,
                       seed=seed, budget=budget, checked=checked)
     bad = [r for r in runs if r.status == "errors" or r.failures
@@ -252,6 +220,8 @@ def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers
     if stage == "compile":
         return "the compiler says:\n" + compile_log(out.detail or out.reason, source, source_name, headers)
     text = out.reason
+    if stage == "timeout":
+        text += "; that was this configuration's own compile and check, the others' not counted"
     names = dict(described.values())
     for cid, _ in out.failed_cases[:1]:
         if "~" in cid:
