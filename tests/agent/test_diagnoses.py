@@ -3,16 +3,23 @@
 
 from __future__ import annotations
 
+import io
 import uuid
+from dataclasses import replace
 
 from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._check import check_proposal, screened_variants
+from pytest_ktune.agent._client import ModelSettings
+from pytest_ktune.agent._loop import AgentSettings, run_agent
 from pytest_ktune.agent._proposal import Proposal
+from pytest_ktune.agent._proposer import AgentProposer
+from pytest_ktune.agent._templatize import TemplatizeSettings, templatize
 from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.tools import ToolPlan
+from pytest_ktune.testing.openai_stub import StubServer
 
-from ._hostile import SCALE_ADD_CL, Project
+from ._hostile import API_KEY, SCALE_ADD_CL, Project, bench, finish, propose
 
 # With A=2 and B=3 (the last configuration of the check's design), 2**20 copies of one integer statement:
 # half a minute or more for the OpenCL compiler on a CPU, where every other configuration takes a fraction of
@@ -59,3 +66,47 @@ def test_a_check_that_runs_out_of_time_says_how_far_it_got_and_blames_no_configu
     assert "of 20 configurations were checked" in check.message and "remained, not checked (A=" in check.message
     assert "hang" not in check.message.replace("this is not a hang", "")
     assert 1 <= len(check.checked) < 20 and check.failures == ()
+
+
+_HUGE = {"source": SCALE_ADD_CL, "space": {"A": list(range(10)), "B": list(range(10)), "C": list(range(10)),
+                                           "D": list(range(16)), "E": list(range(64))},
+         "default": {"A": 0, "B": 0, "C": 0, "D": 0, "E": 0}}
+_ECHO = {"source": SCALE_ADD_CL, "space": {"BLOCK": [64, 128], "TAG": [API_KEY]},
+         "default": {"BLOCK": 64, "TAG": API_KEY}, "launch": {"block": "BLOCK", "grid": "cdiv(n, BLOCK)"}}
+
+
+def test_ktune_templatize_prints_one_line_per_proposal_refused_at_the_schema(hostile: Project) -> None:
+    stream = io.StringIO()
+    with StubServer({"scenario": [propose(_HUGE), propose(_ECHO), finish()]}) as server:
+        proposer = AgentProposer(ModelSettings(model="scenario", base_url=server.base_url, api_key=API_KEY),
+                                 hostile.root)
+        templatize(hostile.kernels / "scale_add.cl", "scale_add", root=hostile.root, proposer=proposer,
+                   settings=TemplatizeSettings(backend="opencl", sample=0, out=hostile.root / "out", max_rounds=4),
+                   stream=stream)
+    lines = stream.getvalue().splitlines()
+    refused = [ln for ln in lines if ln.startswith("agent proposal rejected at schema: ")]
+    assert refused == ["agent proposal rejected at schema: space: 1,024,000 points, more than 100,000",
+                       "agent proposal rejected at schema: space.TAG: the value '***' is not 1 to 64 letters, digits "
+                       "or _.+-"], lines
+    assert lines.index(refused[-1]) < next(i for i, ln in enumerate(lines) if "the agent stopped proposing" in ln)
+    hostile.assert_key_nowhere(stream.getvalue())
+
+
+BROKEN = SCALE_ADD_CL.replace("const int i", "cosnt int i")
+
+
+def test_the_agent_loop_prints_one_line_per_refusal_naming_the_stage(hostile: Project) -> None:
+    stream = io.StringIO()
+    tpl = {"source": BROKEN, "space": {"BLOCK": [64, 128]}, "default": {"BLOCK": 64},
+           "launch": {"block": "BLOCK", "grid": "cdiv(n, BLOCK)"}}
+    with StubServer({"scenario": [propose(_HUGE), propose(tpl), finish()]}) as server:
+        model = ModelSettings(model="scenario", base_url=server.base_url, api_key=API_KEY, backoff_s=0.01)
+        run_agent(replace(bench(hostile, "scale_add"), progress=stream),
+                  AgentSettings(model=model, iterations=4, max_failed_proposals=4), write=False)
+    lines = stream.getvalue().splitlines()
+    refused = [ln for ln in lines if " rejected at " in ln]
+    assert len(refused) == 2, lines
+    assert refused[0] == "scale_add: agent proposal rejected at schema: space: 1,024,000 points, more than 100,000"
+    assert refused[1].startswith("scale_add: agent template rejected at compile: the default BLOCK=64 failed "
+                                 "(compile): the compiler says: | "), refused[1]
+    assert "cosnt" in refused[1] and str(hostile.top) not in stream.getvalue()
