@@ -9,9 +9,10 @@
    and the added cases of ``_variants`` (edge values, a shape that does not divide) that the base
    kernel itself passes. Each configuration runs on every case whose key its constraints allow, every
    buffer inside guard regions (``measure.guards``), in the worker, compiled and verified only.
-4. The tools (``measure.tools``): a configuration of each value, on the smallest declared case of
-   each key and on the odd shape, under Oclgrind (OpenCL) or compute-sanitizer memcheck and racecheck
-   (CUDA), where installed.
+4. The tools (``measure.tools``): configurations that hold every value, each on the odd shape (else
+   the smallest declared case of its key) and on the edge-value cases, under Oclgrind with its race and
+   uninitialised-value checks (OpenCL) or compute-sanitizer memcheck, racecheck, initcheck and
+   synccheck (CUDA), where installed.
 
 ``check_proposal`` never raises for a bad proposal: the result says what went wrong, in words that
 name no path of this machine, and, when it passed, exactly what was verified.
@@ -234,22 +235,26 @@ def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers
 def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, case_key: Mapping[int, int],
                every: Sequence[int], variants: Sequence[Variant], seed: int, budget: Budget | None,
                checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
-    """Each tool of the plan on a few checked configurations that hold every value, each on one case (a
-    simulator runs work-item by work-item, so one is what a check can afford): of the cases its
-    constraints allow, an odd shape first (its tails are where accesses go out of bounds), then the
-    smallest declared case of each key. Edge values are the device check's part."""
+    """Each tool of the plan on a few checked configurations that hold every value, each on a few cases (a
+    simulator runs work-item by work-item, so a few are what a check can afford): of the cases its
+    constraints allow, an odd shape (its tails are where accesses go out of bounds), else the smallest
+    declared case of its key; and every edge-value case (zeros, tiny and large magnitudes, a sweep: where
+    branches differ) its constraints allow."""
     names = plan.for_backend(backend)
     if not names or not checked:
         return []
     first = len(base.cases)
     plain = [i for i in every if not (i >= first and variants[i - first].inputs)]
+    edges = [i for i in every if i >= first and variants[i - first].inputs]
     smallest: dict[int, int] = {}
     for i in plain:
         k = case_key[i]
         if k not in smallest or target.cases[i].input_bytes < target.cases[smallest[k]].input_bytes:
             smallest[k] = i
     odd = [i for i in plain if i >= first]
-    cases = odd + [i for i in sorted(smallest.values()) if i not in odd]
+    head = odd + [i for i in sorted(smallest.values()) if i not in odd]
+    cases = head + edges
+    groups = [list(range(len(head))), *([len(head) + e] for e in range(len(edges)))]
     keys = [target.case_key(target.cases[i]) for i in cases]
     configs = [checked[i] for i in value_cover(checked)]
     configs = [c for c in configs if any(target.space.valid(dict(c), k) for k in keys)]
@@ -261,7 +266,7 @@ def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, ca
         timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
         log = plan.log_dir / f"{base.name}-{target.module}-{tool}.log" if plan.log_dir is not None else None
         runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
-                             timeout_s=timeout, first_valid_case=True, log=log))
+                             timeout_s=timeout, groups=groups, log=log))
     return runs
 
 

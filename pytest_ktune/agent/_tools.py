@@ -59,7 +59,7 @@ TOOLS: tuple[Tool, ...] = (
          "Commit a template revision. It is compiled and verified against the reference in an isolated worker: "
          "every value and every pair of values of its space, on every case, on edge values (zeros, tiny, "
          "large, a sweep) and on a shape no vector width divides, with guards around every buffer, then under "
-         "a race and out-of-bounds checker; once verified, its space is searched with Optuna and the best time "
+         "checkers of races, out-of-bounds accesses, uninitialised values and barriers; once verified, its space is searched with Optuna and the best time "
          "is returned. A failed check returns the error to fix.",
          TEMPLATE_SCHEMA),
     Tool("test_template",

@@ -25,6 +25,7 @@ from pytest_ktune.testing.openai_stub import Canned, StubServer, completion, too
 from ._hostile import (
     API_KEY,
     PARAMS,
+    ROWNORM_CL,
     SCALE_ADD_CL,
     TARGETS_PY,
     Project,
@@ -120,6 +121,26 @@ def test_2_a_data_race_that_passes_on_pocl_is_caught_by_oclgrind(hostile: Projec
     assert out.result.status == "no-template"
     _nothing_written(hostile, before, out)
     hostile.assert_key_nowhere(out.result.message)
+
+
+# Reads a partial of the local array that no work-item wrote (part[nl], with nl < 256 work-items), in a test
+# whose answer never counts: right on PoCL, and seen only by Oclgrind's uninitialised-value check.
+UNINITIALISED = ROWNORM_CL.replace("part[0] = t; }", "if (part[nl] == 12345.0f) t = 0.0f; part[0] = t; }")
+
+
+def test_2_an_uninitialised_read_that_passes_on_pocl_is_caught_by_oclgrind(hostile: Project) -> None:
+    need_oclgrind()
+    before = hostile.files()
+    bad = {"source": UNINITIALISED, "space": {"WG": [32, 64]}, "default": {"WG": 64}, "launch": {"block": "WG"}}
+    honest = {**bad, "source": ROWNORM_CL}
+    out = run(hostile, "rownorm", [propose(bad, tool="test_template"), propose(honest, tool="test_template"),
+                                   finish()], iterations=4)
+    refused, passed = out.tool_answers()[:2]
+    assert refused["ok"] is False and refused["stage"] == "tools", refused
+    assert "Oclgrind" in refused["message"] and "uninitialized value" in refused["message"], refused
+    assert "part[nl] == 12345.0f" in refused["message"], refused
+    assert passed["ok"] is True, passed
+    _nothing_written(hostile, before, out)
 
 
 # -- 3. a configuration outside a sample ------------------------------------------------------------------
