@@ -52,7 +52,8 @@ macros compiled with -D NAME=value, declare the space of each parameter and cons
 point correct, and let the Optuna search pick the values. Every template is compiled and verified against
 the reference before it counts, on every value and pair of values of its space, on edge-value inputs and on
 a shape that does not divide, with guards around every buffer, and under checkers of races, out-of-bounds
-accesses, uninitialised values and barriers; a failed check comes back with the error. Include only headers beside the kernel, by a relative name.
+accesses, uninitialised values and barriers; a failed check comes back with the error. Include only
+headers beside the kernel, by a relative name.
 Rules: keep the kernel's name and argument list (the Python wrapper launches it); a template must be correct
 for every point of its space (guard tails, respect alignment); use `launch` expressions when the launch
 geometry must follow the parameters. Use analyze to see times, GB/s against the copy bandwidth, resources

@@ -59,8 +59,8 @@ TOOLS: tuple[Tool, ...] = (
          "Commit a template revision. It is compiled and verified against the reference in an isolated worker: "
          "every value and every pair of values of its space, on every case, on edge values (zeros, tiny, "
          "large, a sweep) and on a shape no vector width divides, with guards around every buffer, then under "
-         "checkers of races, out-of-bounds accesses, uninitialised values and barriers; once verified, its space is searched with Optuna and the best time "
-         "is returned. A failed check returns the error to fix.",
+         "checkers of races, out-of-bounds accesses, uninitialised values and barriers; once verified, its "
+         "space is searched with Optuna and the best time is returned. A failed check returns the error to fix.",
          TEMPLATE_SCHEMA),
     Tool("test_template",
          "Check a template as propose_template does, without searching it or committing it; `sample` adds "

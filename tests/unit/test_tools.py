@@ -23,14 +23,14 @@ SYNCCHECK = """========= Barrier error detected. Divergent thread(s) in block
 ========= ERROR SUMMARY: 1 error
 """
 OCLGRIND_UNINITIALISED = """Controlflow depends on uninitialized value
-	Kernel: rownorm
-	Entity: Global(0,0,0) Local(0,0,0) Group(0,0,0)
-	  br i1 %cmp8, label %if.then10, label %if.end37, !dbg !57
-	At line 7 (column 26) of input.cl:
-	  if (part[nl] == 12345.0f) t = 0.0f;
+\tKernel: rownorm
+\tEntity: Global(0,0,0) Local(0,0,0) Group(0,0,0)
+\t  br i1 %cmp8, label %if.then10, label %if.end37, !dbg !57
+\tAt line 7 (column 26) of input.cl:
+\t  if (part[nl] == 12345.0f) t = 0.0f;
 
 Uninitialized value written to global memory address 0x3000000000000
-	Kernel: rownorm
+\tKernel: rownorm
 """
 RACECHECK = """========= Error: Race reported between Write access at scale_add+0x100
 =========     and Read access at scale_add+0x200 [1024 hazards]
