@@ -10,9 +10,9 @@
    kernel itself passes. Each configuration runs on every case whose key its constraints allow, every
    buffer inside guard regions (``measure.guards``), in the worker, compiled and verified only.
 4. The tools (``measure.tools``): configurations that hold every value, each on the odd shape (else
-   the smallest declared case of its key) and on the edge-value cases, under Oclgrind with its race and
-   uninitialised-value checks (OpenCL) or compute-sanitizer memcheck, racecheck, initcheck and
-   synccheck (CUDA), where installed.
+   the smallest declared case of its key), under Oclgrind with its race and uninitialised-value checks
+   (OpenCL), or on it and on the edge-value cases under compute-sanitizer memcheck, racecheck, initcheck
+   and synccheck (CUDA), where installed.
 
 ``check_proposal`` never raises for a bad proposal: the result says what went wrong, in words that
 name no path of this machine, and, when it passed, exactly what was verified.
@@ -36,7 +36,7 @@ from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.guards import guard_bytes
-from pytest_ktune.measure.tools import INSTALL, ToolPlan, ToolRun, available, run_tool
+from pytest_ktune.measure.tools import INSTALL, SANITIZER_TOOLS, ToolPlan, ToolRun, available, run_tool
 from pytest_ktune.measure.worker import Outcome, TargetRef, WorkerPool, WorkerSpec
 
 _SCREENED: dict[str, tuple[Variant, ...]] = {}  # per base kernel, backend and seed: the added cases it passes
@@ -235,11 +235,11 @@ def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers
 def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, case_key: Mapping[int, int],
                every: Sequence[int], variants: Sequence[Variant], seed: int, budget: Budget | None,
                checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
-    """Each tool of the plan on a few checked configurations that hold every value, each on a few cases (a
-    simulator runs work-item by work-item, so a few are what a check can afford): of the cases its
-    constraints allow, an odd shape (its tails are where accesses go out of bounds), else the smallest
-    declared case of its key; and every edge-value case (zeros, tiny and large magnitudes, a sweep: where
-    branches differ) its constraints allow."""
+    """Each tool of the plan on a few checked configurations that hold every value, each on a few cases: of
+    the cases its constraints allow, an odd shape (its tails are where accesses go out of bounds), else the
+    smallest declared case of its key; and, under compute-sanitizer (which runs at the device's speed),
+    every edge-value case (zeros, tiny and large magnitudes, a sweep: where branches differ) its
+    constraints allow. Oclgrind simulates work-item by work-item: one case is what a check can afford."""
     names = plan.for_backend(backend)
     if not names or not checked:
         return []
@@ -253,16 +253,16 @@ def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, ca
             smallest[k] = i
     odd = [i for i in plain if i >= first]
     head = odd + [i for i in sorted(smallest.values()) if i not in odd]
-    cases = head + edges
-    groups = [list(range(len(head))), *([len(head) + e] for e in range(len(edges)))]
-    keys = [target.case_key(target.cases[i]) for i in cases]
-    configs = [checked[i] for i in value_cover(checked)]
-    configs = [c for c in configs if any(target.space.valid(dict(c), k) for k in keys)]
+    picked = value_cover(checked)
     runs: list[ToolRun] = []
     for tool in names:
         if not available(tool):
             runs.append(ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})"))
             continue
+        cases = head + (edges if tool in SANITIZER_TOOLS else [])
+        groups = [list(range(len(head))), *([p] for p in range(len(head), len(cases)))]
+        keys = [target.case_key(target.cases[i]) for i in cases]
+        configs = [checked[i] for i in picked if any(target.space.valid(dict(checked[i]), k) for k in keys)]
         timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
         log = plan.log_dir / f"{base.name}-{target.module}-{tool}.log" if plan.log_dir is not None else None
         runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
