@@ -118,12 +118,16 @@ def _edited(rules: Proposal, old: str, new: str, note: str) -> Proposal | None:
 
 
 def _uninitialised(rules: Proposal) -> Proposal | None:
-    """The OpenCL RMSNorm rules template branching on a local array no work-item wrote (right results)."""
-    decl, use = "__local float partial[THREADS];", "const float inv = rsqrt(partial[0] / H + eps);"
-    if decl not in rules.source or use not in rules.source:
+    """The OpenCL RMSNorm rules template branching on an element of a local array no work-item wrote (the
+    others are written, so the compiler cannot fold the read away; the results stay right)."""
+    decl, store, use = ("__local float partial[THREADS];", "partial[tid] = ss;",
+                        "const float inv = rsqrt(partial[0] / H + eps);")
+    if not all(part in rules.source for part in (decl, store, use)):
         return None
-    source = rules.source.replace(decl, decl + "\n    __local float spare[THREADS];  // never written").replace(
-        use, "if (spare[tid] == 12345.0f) return;\n    " + use)
+    spare = "\n    __local float spare[THREADS + 1];  // spare[THREADS]: never written"
+    source = (rules.source.replace(decl, decl + spare)
+              .replace(store, store + "\n    spare[tid] = ss;")
+              .replace(use, "if (spare[THREADS] == 12345.0f) return;\n    " + use))
     return Proposal.from_json({**rules.to_json(), "source": source, "notes": "control: uninitialised local memory"},
                               backend=rules.backend)
 
