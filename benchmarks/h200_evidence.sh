@@ -34,6 +34,12 @@
 #   conv2d    the convolution example on a copy: baselines of the default, ktune tune conv2d (CONV_TRIALS trials,
 #             default 30, per key) with --write file, the gate on the result with JUnit and benchmark JSON, the
 #             landscape of Kernel Tuner's key (4096x4096, 17x17) and of the smallest; the params file to $OUT
+#   sanitize-a, sanitize-b, sanitize-c   benchmarks/sanitize_templates.py (compute-sanitizer memcheck, racecheck,
+#             initcheck, synccheck on the odd shape and the edge values): the SiLU rules and scripted agent
+#             templates; the GELU and RMSNorm rules templates; the three controls. Each writes sanitize.md,
+#             sanitize.json, run.txt (date, device, driver, compute-sanitizer's version, command) and the
+#             tools' logs to $OUT/sanitizer-{a,b,c}/, and fits in ten minutes
+#   sanitize-tests   tests/agent/test_sanitizer_gpu.py (the same tools on a small target, and their controls)
 # A step written NAME:SECONDS is stopped after that many seconds (what it wrote so far stays).
 # With SKIP_INSTALL=1 the wheels are taken as installed (benchmarks/h200_parallel.sh installs them once).
 set -uo pipefail
@@ -164,6 +170,16 @@ for spec in "$@"; do
           $limit python3 -m pytest_ktune.cli record conv2d --root example_project --backend $BK --smallest-key \
             --out "$OUT/landscapes/"; } 2>&1 | tee "$OUT/conv2d_cuda.txt" || rc=1
         cp /tmp/ec/ktune-params.json "$OUT/ktune-params-conv2d-h200.json" ;;
+    sanitize-a|sanitize-b|sanitize-c)
+        rows=silu_rules,silu_agent; [ "$step" = sanitize-b ] && rows=gelu_rules,rmsnorm_rules
+        [ "$step" = sanitize-c ] && rows=overread,racy,barrier
+        { header python3 benchmarks/sanitize_templates.py --backend $BK --only $rows
+          $limit python3 benchmarks/sanitize_templates.py --backend $BK --only $rows \
+            --out "$OUT/sanitizer-${step#sanitize-}"; } 2>&1 | tee "$OUT/${step/-/_}.txt" || rc=1 ;;
+    sanitize-tests)
+        { header pytest tests/agent/test_sanitizer_gpu.py -rs
+          $limit python3 -m pytest -p no:cacheprovider tests/agent/test_sanitizer_gpu.py -q -rs; } 2>&1 \
+            | tee "$OUT/sanitize_tests.txt" || rc=1 ;;
     *) echo "unknown step $step"; rc=2 ;;
     esac
 done

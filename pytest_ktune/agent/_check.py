@@ -1,15 +1,18 @@
 """Checking a proposal before it counts: sandboxed, then verified in the isolated worker, then under the tools.
 
 1. The sandbox (``_includes``): every file the source would include is checked before it is read.
-2. The configurations: a covering design over the whole feasible space (``_covering``: every value
-   and every pair of values, per key), plus ``sample`` more drawn at random, the default first.
+2. The configurations: a covering design over the whole feasible space, solved (``_covering``: every
+   value and every pair of values that a feasible configuration holds, per key), plus ``sample`` more
+   drawn at random, the default first. A space whose design needs more configurations than a check
+   verifies is refused, never called verified in part.
 3. The inputs: every case of the base target on the backend (random inputs, drawn from the seed),
    and the added cases of ``_variants`` (edge values, a shape that does not divide) that the base
    kernel itself passes. Each configuration runs on every case whose key its constraints allow, every
    buffer inside guard regions (``measure.guards``), in the worker, compiled and verified only.
-4. The tools (``measure.tools``): a configuration of each value, on the smallest declared case of
-   each key and on the odd shape, under Oclgrind (OpenCL) or compute-sanitizer memcheck and racecheck
-   (CUDA), where installed.
+4. The tools (``measure.tools``): configurations that hold every value, each on the odd shape (else
+   the smallest declared case of its key), under Oclgrind with its race and uninitialised-value checks
+   (OpenCL), or on it and on the edge-value cases under compute-sanitizer memcheck, racecheck, initcheck
+   and synccheck (CUDA), where installed.
 
 ``check_proposal`` never raises for a bad proposal: the result says what went wrong, in words that
 name no path of this machine, and, when it passed, exactly what was verified.
@@ -23,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ktune.agent._budget import Budget
-from pytest_ktune.agent._covering import Design, covering_design, value_cover
+from pytest_ktune.agent._checkrun import Batch, out_of_time, run_design
+from pytest_ktune.agent._covering import MAX_CONFIGS, covering_design, describe, value_cover
 from pytest_ktune.agent._messages import compile_log, for_model
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, _kv
 from pytest_ktune.agent._sandbox import _headers, _source_name, proposal_target
@@ -32,7 +36,7 @@ from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.guards import guard_bytes
-from pytest_ktune.measure.tools import INSTALL, ToolPlan, ToolRun, available, run_tool
+from pytest_ktune.measure.tools import INSTALL, SANITIZER_TOOLS, ToolPlan, ToolRun, available, run_tool
 from pytest_ktune.measure.worker import Outcome, TargetRef, WorkerPool, WorkerSpec
 
 _SCREENED: dict[str, tuple[Variant, ...]] = {}  # per base kernel, backend and seed: the added cases it passes
@@ -40,20 +44,6 @@ _SCREENED: dict[str, tuple[Variant, ...]] = {}  # per base kernel, backend and s
 
 def _fail(stage: str, message: str, checked: Sequence[Mapping[str, Value]] = ()) -> ProposalCheck:
     return ProposalCheck(ok=False, stage=stage, message=message, checked=tuple(checked), failures=())
-
-
-def _stage_of(status: str, reason: str) -> str:
-    if status == "infeasible":
-        return "limits"
-    if reason.startswith("compile error"):
-        return "compile"
-    if reason.startswith("no answer within"):
-        return "timeout"
-    low = reason.lower()
-    if reason.startswith("the worker process") or "illegal" in low or "out of bounds" in low \
-            or "misaligned" in low:
-        return "crash"
-    return "verify"
 
 
 def _spec(target: Target, backend: str, cases: Sequence[int], root: Path) -> WorkerSpec:
@@ -151,14 +141,17 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     keys_text = list(dict.fromkeys(labels))
     keys = [json.loads(k) for k in keys_text]
     design = covering_design(space, keys, proposal.default, seed=seed, extra=sample)
+    if not design.complete:
+        left = sum(design.needed) - sum(design.covered)
+        return _fail("space", f"the space is too large to verify: holding every value and pair of values that a "
+                              f"feasible configuration holds takes more than {MAX_CONFIGS} configurations (after "
+                              f"{len(design.configs)}, {left} pairs are not covered yet), and a check verifies at "
+                              f"most {MAX_CONFIGS}; give fewer values, or constraints that rule out what the "
+                              "kernel need not run")
     case_key = {i: keys_text.index(label) for i, label in zip(every, labels, strict=True)}
     described = _described(target, base, variants, every, seed)
     source_name = _source_name(base, backend, "_proposal")
     header_names = {p.name for p in headers}
-    checked: list[Mapping[str, Value]] = []
-    failures: list[tuple[Mapping[str, Value], str]] = []
-    infeasible: list[tuple[Mapping[str, Value], str]] = []
-    first, first_stage = "", "ok"
     if budget is not None and budget.spent():
         return _fail("timeout", f"{budget.spent()} before the check")
     # The default first, alone and on every case: a source that does not compile, or is wrong everywhere,
@@ -169,49 +162,34 @@ def _check(proposal: Proposal, base: Target, *, root: Path, backend: str, sample
     plain = [p for p in range(len(every)) if p not in edge]
     edge_keys = {case_key[every[p]] for p in edge}
     on_edges = [n for n in value_cover(list(design.configs)) if n and design.valid[n] & edge_keys]
-    batches = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
-    over_limits: set[int] = set()
+    batches: list[Batch] = [([0], None), (list(range(1, len(design.configs))), plain), (on_edges, edge)]
+
+    def explain(out: Outcome, stage: str) -> str:
+        return _explain(out, stage, source=proposal.source, source_name=source_name, headers=header_names,
+                        described=described)
+
     try:
         with WorkerPool(_spec(target, backend, every, root), trial_timeout_s=timeout) as pool:
-            for batch, only in batches:
-                todo = [n for n in batch if n not in over_limits]
-                if failures or not todo or (only is not None and not only):
-                    continue
-                configs = [dict(design.configs[n]) for n in todo]
-                for n, out in zip(todo, pool.evaluate(configs, seed, only=only), strict=False):
-                    cfg = dict(out.params)
-                    if out.status == "ok":
-                        if cfg not in checked:
-                            checked.append(cfg)
-                        continue
-                    stage = _stage_of(out.status, out.reason)
-                    if stage == "limits" and n > 0:
-                        infeasible.append((cfg, out.reason))
-                        over_limits.add(n)
-                        continue
-                    failures.append((cfg, out.reason))
-                    if not first:
-                        which = "the default" if n == 0 else "the configuration"
-                        first = f"{which} {_kv(cfg)} failed ({stage}): " + _explain(
-                            out, stage, source=proposal.source, source_name=source_name, headers=header_names,
-                            described=described)
-                        first_stage = stage
-                    if stage in ("crash", "timeout"):
-                        break  # each costs a restarted worker; one is enough to send back
+            got = run_design(pool, design.configs, batches, seed=seed, trial_timeout_s=trial_timeout_s,
+                             budget=budget, explain=explain)
     except KtuneError as exc:
         return _fail("crash", for_model(f"the worker could not run the proposal: {exc.message}", root))
+    checked, failures, infeasible = got.checked, got.failures, got.infeasible
     edge_text = f"on the default and the {len(on_edges)} configurations that hold every value"
     described = {i: (cid, what + (f", {edge_text}" if every.index(i) in edge else ""))
                  for i, (cid, what) in described.items()}
     skipped = tuple(v.case_id(base.case_id(base.cases[v.base])) for v in candidate_variants(base, backend)
                     if v not in variants)
-    common: dict[str, Any] = {"cases": tuple(described.values()), "coverage": _coverage(design), "seed": seed,
+    common: dict[str, Any] = {"cases": tuple(described.values()), "coverage": describe(design), "seed": seed,
               "guard_bytes": guard_bytes(), "skipped": skipped,
               "on_edges": tuple(c for c in (dict(design.configs[n]) for n in [0, *on_edges]) if c in checked)
               if edge else ()}
     if failures:
-        return ProposalCheck(ok=False, stage=first_stage, message=for_model(first, root), checked=tuple(checked),
+        return ProposalCheck(ok=False, stage=got.stage, message=for_model(got.first, root), checked=tuple(checked),
                              failures=tuple(failures), infeasible=tuple(infeasible), **common)
+    if got.out_of_time:
+        return ProposalCheck(ok=False, stage="timeout", message=out_of_time(got, design.configs, batches),
+                             checked=tuple(checked), failures=(), infeasible=tuple(infeasible), **common)
     runs = _run_tools(tools, target, base, backend=backend, case_key=case_key, every=every, variants=variants,
                       seed=seed, budget=budget, checked=checked)
     bad = [r for r in runs if r.status == "errors" or r.failures
@@ -238,24 +216,13 @@ def _described(target: Target, base: Target, variants: Sequence[Variant], every:
     return out
 
 
-def _coverage(design: Design) -> str:
-    pairs = "every value of every parameter and every pair of values of two parameters" \
-        if len(design.configs[0]) > 1 else "every value of its parameter"
-    how = "in the whole feasible space, enumerated" if design.exact else \
-        "in the feasible space, sampled without enumerating it"
-    text = f"{pairs} valid for each key, {how}: {sum(design.covered)} covered"
-    if any(design.unconfirmed):
-        text += f"; {sum(design.unconfirmed)} pairs were found valid in no configuration drawn"
-    if design.extra:
-        text += f", and {design.extra} more drawn at random"
-    return text
-
-
 def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers: set[str],
              described: Mapping[int, tuple[str, str]]) -> str:
     if stage == "compile":
         return "the compiler says:\n" + compile_log(out.detail or out.reason, source, source_name, headers)
     text = out.reason
+    if stage == "timeout":
+        text += "; that was this configuration's own compile and check, the others' not counted"
     names = dict(described.values())
     for cid, _ in out.failed_cases[:1]:
         if "~" in cid:
@@ -268,34 +235,38 @@ def _explain(out: Outcome, stage: str, *, source: str, source_name: str, headers
 def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, case_key: Mapping[int, int],
                every: Sequence[int], variants: Sequence[Variant], seed: int, budget: Budget | None,
                checked: Sequence[Mapping[str, Value]]) -> list[ToolRun]:
-    """Each tool of the plan on a few checked configurations that hold every value, each on one case (a
-    simulator runs work-item by work-item, so one is what a check can afford): of the cases its
-    constraints allow, an odd shape first (its tails are where accesses go out of bounds), then the
-    smallest declared case of each key. Edge values are the device check's part."""
+    """Each tool of the plan on a few checked configurations that hold every value, each on a few cases: of
+    the cases its constraints allow, an odd shape (its tails are where accesses go out of bounds), else the
+    smallest declared case of its key; and, under compute-sanitizer (which runs at the device's speed),
+    every edge-value case (zeros, tiny and large magnitudes, a sweep: where branches differ) its
+    constraints allow. Oclgrind simulates work-item by work-item: one case is what a check can afford."""
     names = plan.for_backend(backend)
     if not names or not checked:
         return []
     first = len(base.cases)
     plain = [i for i in every if not (i >= first and variants[i - first].inputs)]
+    edges = [i for i in every if i >= first and variants[i - first].inputs]
     smallest: dict[int, int] = {}
     for i in plain:
         k = case_key[i]
         if k not in smallest or target.cases[i].input_bytes < target.cases[smallest[k]].input_bytes:
             smallest[k] = i
     odd = [i for i in plain if i >= first]
-    cases = odd + [i for i in sorted(smallest.values()) if i not in odd]
-    keys = [target.case_key(target.cases[i]) for i in cases]
-    configs = [checked[i] for i in value_cover(checked)]
-    configs = [c for c in configs if any(target.space.valid(dict(c), k) for k in keys)]
+    head = odd + [i for i in sorted(smallest.values()) if i not in odd]
+    picked = value_cover(checked)
     runs: list[ToolRun] = []
     for tool in names:
         if not available(tool):
             runs.append(ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})"))
             continue
+        cases = head + (edges if tool in SANITIZER_TOOLS else [])
+        groups = [list(range(len(head))), *([p] for p in range(len(head), len(cases)))]
+        keys = [target.case_key(target.cases[i]) for i in cases]
+        configs = [checked[i] for i in picked if any(target.space.valid(dict(checked[i]), k) for k in keys)]
         timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
         log = plan.log_dir / f"{base.name}-{target.module}-{tool}.log" if plan.log_dir is not None else None
         runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
-                             timeout_s=timeout, first_valid_case=True, log=log))
+                             timeout_s=timeout, groups=groups, log=log))
     return runs
 
 

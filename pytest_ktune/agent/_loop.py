@@ -36,10 +36,11 @@ from pytest_ktune.agent._transcript import Transcript, new_run_id
 from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.files import write_atomic
-from pytest_ktune.core.keys import cases_by_key, key_label
-from pytest_ktune.core.space import Value
+from pytest_ktune.core.keys import cases_by_key, key_label, key_string
+from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.verified import how_verified
 from pytest_ktune.measure.bench import mann_whitney_greater
 from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
@@ -51,8 +52,9 @@ thread, rows per block, grid cap, unroll, shared-memory staging: whatever applie
 macros compiled with -D NAME=value, declare the space of each parameter and constraints that keep every
 point correct, and let the Optuna search pick the values. Every template is compiled and verified against
 the reference before it counts, on every value and pair of values of its space, on edge-value inputs and on
-a shape that does not divide, with guards around every buffer and a race and out-of-bounds checker; a
-failed check comes back with the error. Include only headers beside the kernel, by a relative name.
+a shape that does not divide, with guards around every buffer, and under checkers of races, out-of-bounds
+accesses, uninitialised values and barriers; a failed check comes back with the error. Include only
+headers beside the kernel, by a relative name.
 Rules: keep the kernel's name and argument list (the Python wrapper launches it); a template must be correct
 for every point of its space (guard tails, respect alignment); use `launch` expressions when the launch
 geometry must follow the parameters. Use analyze to see times, GB/s against the copy bandwidth, resources
@@ -363,11 +365,16 @@ def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyCompariso
     new = next(v for v in vars(module).values() if isinstance(v, Target) and v.file == py.resolve())
     tid = target_id(new, bench.root)
     records = []
+    cover = frozenset(config_key(c) for c in rev.check.checked)
+    by_key = cases_by_key(new, bench.backend)
     for c in comparisons:
         search = rev.searches[c.label]
+        _, indices = by_key.get(key_string(search.key), ({}, []))
+        cases = [new.case_id(new.cases[i]) for i in indices]
         records.append(Record(target=tid, device=device, key=dict(search.key), params=dict(c.template_params),
                               tuned=Tuned(date=now_utc(), sampler=bench.tune.sampler, trials=search.timed,
-                                          study=search.study, result=f"agent revision {rev.number}: {c.note}")))
+                                          study=search.study, result=f"agent revision {rev.number}: {c.note}",
+                                          verified=how_verified(cover, c.template_params, cases))))
     Store(bench.params_path).save(records)
     return [*files, bench.params_path]
 

@@ -85,3 +85,9 @@ def compile_log(detail: str, source: str, source_name: str, headers: set[str]) -
     if not out:
         return "the compiler rejected the source, and its log names no line of it"
     return "\n".join(out)
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line (its lines joined by ' | '), cut to ``limit`` characters: a console line."""
+    flat = " | ".join(part.strip() for part in text.splitlines() if part.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

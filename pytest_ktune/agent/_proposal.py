@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pytest_ktune.agent._messages import one_line
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.expression import EvaluationError, Expression
 from pytest_ktune.core.launch import cdiv
@@ -308,8 +309,9 @@ class ProposalCheck:
     guard_bytes: int = 0
 
     def summary(self) -> str:
+        """One line: the stage that rejected it and why, or what was verified."""
         if not self.ok:
-            return f"rejected at {self.stage}: {self.message}"
+            return f"rejected at {self.stage}: {one_line(self.message)}"
         edges = sum(1 for cid, _ in self.cases if "~" in cid and "~odd(" not in cid)
         odd = sum(1 for cid, _ in self.cases if "~odd(" in cid)
         text = (f"verified: {len(self.checked)} configurations on {len(self.cases) - edges - odd} declared case(s)"
@@ -370,7 +372,9 @@ class Proposer(Protocol):
     ``backend``, ``kernel_file`` (str), ``base_source`` (text), ``key_dims`` (list of names),
     ``cases`` (case ids), ``device`` (a dict of limits: max_threads_per_block, shared_mem_per_block),
     ``round`` (0, 1, ...) and ``max_rounds``. Return None to stop: templatize then keeps the best
-    verified proposal so far (the rule-based one, if it verified).
+    verified proposal so far (the rule-based one, if it verified). A proposer that refuses proposals
+    itself before any check (the agent's, at the schema) lists them in a ``refusals`` list, one line
+    each ("rejected at schema: ..."), which templatize prints and clears after each call.
     """
 
     def __call__(self, previous: Proposal | None, check: ProposalCheck | None,

@@ -15,7 +15,7 @@ from pytest_ktune.agent._client import (
     ModelSettings,
 )
 from pytest_ktune.agent._loop import SYSTEM, _unusable
-from pytest_ktune.agent._messages import for_model_json
+from pytest_ktune.agent._messages import for_model_json, one_line
 from pytest_ktune.agent._proposal import Proposal, ProposalError
 from pytest_ktune.agent._tools import TOOLS, _check_json, tool_result
 from pytest_ktune.agent._transcript import Transcript, new_run_id
@@ -35,6 +35,7 @@ class AgentProposer:
         self.messages: list[Mapping[str, Any]] = []
         self._pending: str | None = None  # the tool call the last proposal came from
         self.stop = ""
+        self.refusals: list[str] = []  # proposals refused before a check (the schema), one line each, for the console
 
     @property
     def redactor(self) -> Redactor:
@@ -85,6 +86,7 @@ class AgentProposer:
                                                     backend=str(context.get("backend")))
                         self._pending = call.id
                     except ProposalError as exc:
+                        self.refusals.append(f"rejected at schema: {one_line(exc.message)}")
                         self.messages.append(tool_result(call, {"ok": False, "error": exc.message,
                                                                 "hint": exc.hint}, self.root))
                 if chosen is not None:

@@ -27,6 +27,7 @@ from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.includes import include_name, pin_includes
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.verified import VERIFIED
 from pytest_ktune.measure.worker import TargetRef, import_target
 
 
@@ -269,7 +270,7 @@ from pytest_ktune.agent import relaunch
 LAUNCH = {dict(proposal.launch)!r}
 
 # What was verified before this file was written: exactly these configurations, inputs and tools.
-VERIFIED = {facts}
+{VERIFIED} = {facts}
 
 
 @ktune.target(

@@ -165,6 +165,11 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
             except Exception as exc:  # a proposer that fails ends the rounds; what verified is kept
                 emit(f"the agent stopped proposing: {type(exc).__name__}: {exc}")
                 break
+            finally:
+                refused: list[str] = getattr(proposer, "refusals", None) or []
+                for line in refused:  # refused before a check (the schema): one line each
+                    emit(f"agent proposal {line}")
+                refused.clear()
             if nxt is None:
                 stop = getattr(proposer, "stop", "")
                 emit(f"the agent stopped proposing{': ' + stop if stop else ''}")

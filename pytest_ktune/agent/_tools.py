@@ -19,7 +19,7 @@ from pytest_ktune import backends
 from pytest_ktune.agent._budget import Budget
 from pytest_ktune.agent._check import check_proposal
 from pytest_ktune.agent._client import Tool, ToolCall
-from pytest_ktune.agent._messages import for_model_json
+from pytest_ktune.agent._messages import for_model, for_model_json, one_line
 from pytest_ktune.agent._proposal import Proposal, ProposalCheck, ProposalError
 from pytest_ktune.agent._sandbox import proposal_target
 from pytest_ktune.core.errors import KtuneError
@@ -59,8 +59,8 @@ TOOLS: tuple[Tool, ...] = (
          "Commit a template revision. It is compiled and verified against the reference in an isolated worker: "
          "every value and every pair of values of its space, on every case, on edge values (zeros, tiny, "
          "large, a sweep) and on a shape no vector width divides, with guards around every buffer, then under "
-         "a race and out-of-bounds checker; once verified, its space is searched with Optuna and the best time "
-         "is returned. A failed check returns the error to fix.",
+         "checkers of races, out-of-bounds accesses, uninitialised values and barriers; once verified, its "
+         "space is searched with Optuna and the best time is returned. A failed check returns the error to fix.",
          TEMPLATE_SCHEMA),
     Tool("test_template",
          "Check a template as propose_template does, without searching it or committing it; `sample` adds "
@@ -227,13 +227,17 @@ class Workbench:
         try:
             return Proposal.from_json(data, backend=self.bench.backend)
         except ProposalError as exc:
-            self._failed(f"proposal rejected (schema): {exc.message}")
+            self._failed("schema", exc.message, what="proposal")
             raise ToolFailure(f"the template was rejected: {exc.message}"
                               + (f" (next step: {exc.hint})" if exc.hint else "")) from None
 
-    def _failed(self, text: str) -> None:
-        self.failures.append(text)
+    def _failed(self, stage: str, message: str, *, what: str = "template") -> None:
+        """A refused proposal: kept for the model and the result, and one line on the console (``progress``)."""
+        self.failures.append(f"{what} rejected ({stage}): {message}")
         self.failed_proposals += 1
+        if self.bench.progress is not None:
+            line = f"{self.bench.base.name}: {self._origin} {what} rejected at {stage}: {one_line(message)}"
+            print(for_model(line, self.bench.root), file=self.bench.progress, flush=True)
 
     def check(self, proposal: Proposal, sample: int | None = None) -> ProposalCheck:
 
@@ -246,7 +250,7 @@ class Workbench:
                                 trial_timeout_s=b.tune.trial_timeout_s, tools=b.tools, budget=self.budget)
         self.checks[digest] = result
         if not result.ok:
-            self._failed(f"template rejected ({result.stage}): {result.message}")
+            self._failed(result.stage, result.message)
         return result
 
     def test(self, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,13 @@ model (or a careless user) can neither run code nor take unbounded time or memor
 
 A failure raises ``EvaluationError`` (or ``ZeroDivisionError``, which constraints read as "does not
 hold"); callers turn it into a ``KtuneError`` naming the expression and the values.
+
+``Expression.decide`` evaluates the same tree when only some of its names are bound (a search that binds a
+space's parameters one at a time): each subtree whose names are all bound runs through the same closures,
+and the rest follows three-valued logic (``and``, ``or``, ``not``, comparisons, ``x if c else y``), so
+that ``BLOCK == 64 or (S0 and S1)`` is known false once ``BLOCK`` is 128 and ``S0`` is 0. Its answer is
+``None`` when the value is not known yet, and otherwise what ``evaluate`` would give for every binding of
+the rest of the names, unless ``evaluate`` would fail there.
 """
 
 from __future__ import annotations
@@ -145,10 +152,19 @@ def _compare(op: ast.cmpop, a: Any, b: Any) -> bool:
     return fn(a, b)
 
 
-def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
-    """A closure that evaluates ``node`` (already checked) against a scope of names."""
+def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]], memo: dict[int, _Fn] | None = None) -> _Fn:
+    """A closure that evaluates ``node`` (already checked) against a scope of names; with ``memo``, each
+    node's closure is made once however often it is asked for (``_compile_open`` asks for every subtree)."""
+    if memo is None:
+        return _compile_node(node, functions, None)
+    if id(node) not in memo:
+        memo[id(node)] = _compile_node(node, functions, memo)
+    return memo[id(node)]
+
+
+def _compile_node(node: ast.AST, functions: Mapping[str, Callable[..., Any]], memo: dict[int, _Fn] | None) -> _Fn:
     if isinstance(node, ast.Expression):
-        return _compile(node.body, functions)
+        return _compile(node.body, functions, memo)
     if isinstance(node, ast.Constant):
         value = node.value
         return lambda scope: value
@@ -165,10 +181,10 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
         return load
     if isinstance(node, ast.BinOp):
         symbol, fn = _BINARY[type(node.op)]
-        left, right = _compile(node.left, functions), _compile(node.right, functions)
+        left, right = _compile(node.left, functions, memo), _compile(node.right, functions, memo)
         return lambda scope: _apply(symbol, fn, left(scope), right(scope))
     if isinstance(node, ast.UnaryOp):
-        operand = _compile(node.operand, functions)
+        operand = _compile(node.operand, functions, memo)
         if isinstance(node.op, ast.Not):
             return lambda scope: not operand(scope)
         signs: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos,
@@ -176,7 +192,7 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
         unary = signs[type(node.op)]
         return lambda scope: _bounded(unary(_number(operand(scope), "a sign")))
     if isinstance(node, ast.BoolOp):
-        parts = [_compile(v, functions) for v in node.values]
+        parts = [_compile(v, functions, memo) for v in node.values]
         is_and = isinstance(node.op, ast.And)
 
         def boolean(scope: Scope) -> Any:
@@ -189,8 +205,8 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
 
         return boolean
     if isinstance(node, ast.Compare):
-        first = _compile(node.left, functions)
-        rest = [(op, _compile(c, functions)) for op, c in zip(node.ops, node.comparators, strict=True)]
+        first = _compile(node.left, functions, memo)
+        rest = [(op, _compile(c, functions, memo)) for op, c in zip(node.ops, node.comparators, strict=True)]
 
         def compare(scope: Scope) -> bool:
             a = first(scope)
@@ -203,16 +219,16 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
 
         return compare
     if isinstance(node, ast.IfExp):
-        test, body, orelse = (_compile(n, functions) for n in (node.test, node.body, node.orelse))
+        test, body, orelse = (_compile(n, functions, memo) for n in (node.test, node.body, node.orelse))
         return lambda scope: body(scope) if test(scope) else orelse(scope)
     if isinstance(node, (ast.Tuple, ast.List)):
-        items = [_compile(e, functions) for e in node.elts]
+        items = [_compile(e, functions, memo) for e in node.elts]
         return lambda scope: tuple(item(scope) for item in items)
     if isinstance(node, ast.Call):
         assert isinstance(node.func, ast.Name)
         fname = node.func.id
         func = functions[fname]
-        args = [_compile(a, functions) for a in node.args]
+        args = [_compile(a, functions, memo) for a in node.args]
 
         def call(scope: Scope) -> Any:
             values = [a(scope) for a in args]
@@ -233,14 +249,121 @@ def _compile(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> _Fn:
     raise EvaluationError(f"{type(node).__name__} cannot be evaluated")  # the checker lets none through
 
 
-class Expression:
-    """A checked expression, compiled once; ``evaluate`` runs it within the bounds above."""
+class _Open:
+    """The value of a subtree that names something not bound yet: at most its truth is known."""
 
-    __slots__ = ("_fn", "text")
+    __slots__ = ("truth",)
+
+    def __init__(self, truth: bool | None) -> None:
+        self.truth = truth
+
+
+_UNKNOWN, _TRUE, _FALSE = _Open(None), _Open(True), _Open(False)
+
+
+def _truth(value: Any) -> bool | None:
+    return value.truth if isinstance(value, _Open) else bool(value)
+
+
+def _names(node: ast.AST, functions: Mapping[str, Callable[..., Any]]) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in functions)
+
+
+def _compile_open(node: ast.AST, functions: Mapping[str, Callable[..., Any]], memo: dict[int, _Fn]) -> _Fn:
+    """A closure that evaluates ``node`` with some names unbound (see ``Expression.decide``): the exact
+    closure where all its names are bound (a failure there: not known), else the rule of its kind."""
+    if isinstance(node, ast.Expression):
+        return _compile_open(node.body, functions, memo)
+    needed = _names(node, functions)
+    exact = _compile(node, functions, memo)
+    rule = _open_rule(node, functions, memo)
+
+    def open_(scope: Scope) -> Any:
+        if needed <= scope.keys():
+            try:
+                return exact(scope)
+            except (EvaluationError, ZeroDivisionError, TypeError, ValueError, OverflowError, RecursionError,
+                    MemoryError):
+                return _UNKNOWN
+        return rule(scope)
+
+    return open_
+
+
+def _open_rule(node: ast.AST, functions: Mapping[str, Callable[..., Any]], memo: dict[int, _Fn]) -> _Fn:
+    """Three-valued logic for a node that names something unbound; arithmetic on it is not known."""
+    if isinstance(node, ast.BoolOp):
+        parts = [_compile_open(v, functions, memo) for v in node.values]
+        is_and = isinstance(node.op, ast.And)
+
+        def boolean(scope: Scope) -> _Open:
+            # and: false as soon as one part is (evaluation stops at a false part, or an earlier one);
+            # true when every part is. or: the other way round.
+            decided = True
+            for part in parts:
+                t = _truth(part(scope))
+                if t is None:
+                    decided = False
+                elif t != is_and:
+                    return _FALSE if is_and else _TRUE
+            if not decided:
+                return _UNKNOWN
+            return _TRUE if is_and else _FALSE
+
+        return boolean
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        operand = _compile_open(node.operand, functions, memo)
+
+        def negation(scope: Scope) -> _Open:
+            t = _truth(operand(scope))
+            return _UNKNOWN if t is None else _FALSE if t else _TRUE
+
+        return negation
+    if isinstance(node, ast.Compare):
+        operands = [_compile_open(n, functions, memo) for n in (node.left, *node.comparators)]
+        ops = list(node.ops)
+
+        def compare(scope: Scope) -> _Open:
+            values = [o(scope) for o in operands]
+            decided = True
+            for op, a, b in zip(ops, values, values[1:], strict=False):
+                if isinstance(a, _Open) or isinstance(b, _Open):
+                    decided = False
+                    continue
+                try:
+                    if not _compare(op, a, b):
+                        return _FALSE  # a chain is false as soon as one link is
+                except EvaluationError:
+                    decided = False
+            return _TRUE if decided else _UNKNOWN
+
+        return compare
+    if isinstance(node, ast.IfExp):
+        test, body, orelse = (_compile_open(n, functions, memo) for n in (node.test, node.body, node.orelse))
+
+        def choice(scope: Scope) -> Any:
+            t = _truth(test(scope))
+            if t is not None:
+                return body(scope) if t else orelse(scope)
+            a, b = _truth(body(scope)), _truth(orelse(scope))
+            return _UNKNOWN if a is None or a != b else _TRUE if a else _FALSE
+
+        return choice
+    return lambda scope: _UNKNOWN
+
+
+class Expression:
+    """A checked expression, compiled once; ``evaluate`` runs it within the bounds above, ``decide`` with
+    some of its names unbound."""
+
+    __slots__ = ("_fn", "_functions", "_open", "_tree", "text")
 
     def __init__(self, tree: ast.Expression, text: str, functions: Mapping[str, Callable[..., Any]]) -> None:
         self.text = text
         self._fn = _compile(tree, functions)
+        self._tree = tree
+        self._functions = functions
+        self._open: _Fn | None = None  # compiled on the first ``decide``
 
     def evaluate(self, scope: Scope) -> Any:
         """The value for these names; raises EvaluationError, or ZeroDivisionError."""
@@ -250,6 +373,14 @@ class Expression:
             raise
         except (TypeError, ValueError, OverflowError, RecursionError, MemoryError) as exc:  # bound but odd values
             raise EvaluationError(f"{type(exc).__name__}: {exc}") from None
+
+    def decide(self, scope: Scope) -> bool | None:
+        """The truth of the expression when only the names in ``scope`` are bound: None while it depends
+        on the others (or fails on these), else what ``evaluate`` gives for every binding of them where
+        it does not fail."""
+        if self._open is None:
+            self._open = _compile_open(self._tree, self._functions, {})
+        return _truth(self._open(scope))
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"

@@ -108,6 +108,11 @@ class Constraint:
                              f"{exc}", hint="write arithmetic on the parameters and the key's numbers, with "
                                             "small integers") from None
 
+    def decide(self, values: Mapping[str, Any]) -> bool | None:
+        """Whether the constraint holds whatever the names not in ``values`` are (None: that depends on
+        them); see ``core.expression.Expression.decide``."""
+        return self._code.decide(values)
+
 
 @dataclass(frozen=True)
 class Space:
@@ -189,11 +194,59 @@ class Space:
             yield dict(zip(names, combo, strict=True))
 
     def feasible(self, key: Mapping[str, Any]) -> Iterator[dict[str, Value]]:
-        """Every point that satisfies all constraints for this key."""
+        """Every point that satisfies all constraints for this key, in the order of ``points``.
+
+        Found by a search, not by testing every point: the parameters are bound one at a time, each
+        constraint is evaluated once its last parameter is bound, and a partial point is dropped as soon as
+        a constraint still open is false whatever the parameters not bound yet (``Constraint.decide``).
+        So a space of 2 x 2**15 points whose second block size needs all fifteen switches on is solved
+        in a few dozen steps for that block size. A constraint that cannot be evaluated raises SpaceError
+        at the first point that reaches it."""
         self.check_names(list(key))
-        for p in self.points():
-            if self.valid(p, key):
-                yield p
+        names = list(self.params)
+        values = [self.params[n] for n in names]
+        depth = {n: d for d, n in enumerate(names)}
+        scope: dict[str, Any] = {k: v for k, v in key.items() if k not in depth}
+        closed: list[list[Constraint]] = [[] for _ in names]  # evaluated where their last parameter is bound
+        opened: list[list[tuple[int, Constraint]]] = [[] for _ in names]  # decided early where they can be
+        for i, c in enumerate(self.constraints):
+            where = sorted({depth[n] for n in c.names if n in depth})
+            if not where:
+                if not c.holds(scope):
+                    return
+                continue
+            closed[where[-1]].append(c)
+            for d in where[:-1]:
+                opened[d].append((i, c))
+        last = len(names) - 1
+        chosen = [-1] * len(names)
+        holding = [0] * len(names)  # per depth: the open constraints known to hold already (a bit each)
+        d = 0
+        while d >= 0:
+            chosen[d] += 1
+            if chosen[d] == len(values[d]):
+                chosen[d] = -1
+                scope.pop(names[d], None)
+                d -= 1
+                continue
+            scope[names[d]] = values[d][chosen[d]]
+            if closed[d] and not all(c.holds(scope) for c in closed[d]):
+                continue
+            known = holding[d]
+            for i, c in opened[d]:
+                if known >> i & 1:
+                    continue
+                verdict = c.decide(scope)
+                if verdict is False:
+                    break
+                if verdict:
+                    known |= 1 << i
+            else:
+                if d == last:
+                    yield {n: scope[n] for n in names}
+                else:
+                    d += 1
+                    holding[d] = known
 
 
 def config_key(config: Mapping[str, Value]) -> str:

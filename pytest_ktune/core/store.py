@@ -98,9 +98,13 @@ class Tuned:
     trials: int
     study: str
     result: str
+    verified: str | None = None  # a generated template's: how these parameters were verified (core.verified)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.verified is None:
+            del d["verified"]
+        return d
 
 
 @dataclass(frozen=True)
@@ -220,9 +224,11 @@ def _parse_tuned(raw: Any, where: str) -> Tuned:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not an object")
     _require(raw, {"date": str, "sampler": str, "trials": int, "study": str, "result": str}, where)
-    extra = set(raw) - {"date", "sampler", "trials", "study", "result"}
+    extra = set(raw) - {"date", "sampler", "trials", "study", "result", "verified"}
     if extra:
         raise ValueError(f"{where} has unknown fields {sorted(extra)}")
+    if raw.get("verified") is not None and not isinstance(raw["verified"], str):
+        raise ValueError(f"{where} has a verified that is not a string")
     return Tuned(**raw)
 
 

@@ -1,7 +1,7 @@
 """The process a checking tool watches: verifies configurations of a target on its cases, one by one.
 
-Each configuration runs on every case whose key its constraints allow (with ``first_valid_case``, on the
-first of them only).
+Each configuration runs on every case whose key its constraints allow (with ``groups``, lists of positions
+in the cases: on the first of each group that they allow).
 
 Started by ``measure.tools`` as ``python -m pytest_ktune.measure.tool_runner SPEC.json`` (under
 compute-sanitizer, or with Oclgrind as the OpenCL device). Before and after each configuration it
@@ -43,18 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     target = import_target(TargetRef(**{**spec["target"], "sys_path": tuple(spec["target"]["sys_path"])}))
     backend = backends.create(spec["backend"])
     jobs = [Job.of(backend, target, target.cases[i]) for i in spec["cases"]]
+    groups: list[list[int]] = spec.get("groups") or [[j] for j in range(len(jobs))]
     for index, cfg in enumerate(spec["configs"]):
         _say(START.format(index=index))
         outcome: dict[str, Any] = {"params": cfg, "status": "ok", "reason": ""}
         try:
-            for j, job in enumerate(jobs):
-                if not target.space.valid(cfg, job.key):
+            for group in groups:
+                j = next((j for j in group if target.space.valid(cfg, jobs[j].key)), None)
+                if j is None:
                     continue
-                outcome.setdefault("cases", []).append(job.case_id)
-                verify_once(job, cfg, int(spec["seed"]) + 7919 * j)
+                outcome.setdefault("cases", []).append(jobs[j].case_id)
+                verify_once(jobs[j], cfg, int(spec["seed"]) + 7919 * j)
                 backend.synchronize()
-                if spec.get("first_valid_case"):
-                    break
         except LaunchError as exc:  # the device context may be unusable for the rest
             outcome.update(status="failed", reason=" ".join(exc.message.split())[:400], fatal=True)
         except KtuneError as exc:

@@ -1,12 +1,16 @@
-"""Checking tools that see what a run's results cannot: data races, and reads and writes out of bounds.
+"""Checking tools that see what a run's results cannot: data races, reads and writes out of bounds,
+uninitialised values, barriers misused.
 
 - **Oclgrind** (Debian's ``oclgrind``; an OpenCL device simulator) runs OpenCL kernels work-item by
-  work-item and reports invalid reads and writes of every buffer and, with data-race detection on,
-  races in local and global memory (``oclgrind``). It is loaded as an OpenCL platform through the ICD
-  loader (``OCL_ICD_VENDORS``), beside PoCL.
+  work-item and reports invalid reads and writes of every buffer, with data-race detection on, races
+  in local and global memory, and with its uninitialised-value check on, control flow that depends on
+  an uninitialised value and uninitialised values written to memory (``oclgrind``: both checks are on).
+  It is loaded as an OpenCL platform through the ICD loader (``OCL_ICD_VENDORS``), beside PoCL.
 - **compute-sanitizer** (CUDA's toolkit) runs CUDA kernels under ``--tool memcheck`` (out-of-bounds and
-  misaligned accesses; ``--padding 4096`` so that a small overread past an allocation is caught) and
-  ``--tool racecheck`` (shared-memory hazards) (``memcheck``, ``racecheck``).
+  misaligned accesses; ``--padding 4096`` so that a small overread past an allocation is caught),
+  ``--tool racecheck`` (shared-memory hazards), ``--tool initcheck`` (reads of global memory never
+  written) and ``--tool synccheck`` (barriers reached by part of a block, or with invalid arguments)
+  (``memcheck``, ``racecheck``, ``initcheck``, ``synccheck``).
 
 ``run_tool`` verifies configurations of a target on some of its cases in a fresh process under the
 tool (``measure.tool_runner``), with guard regions off (the tool must see each buffer's true bounds)
@@ -34,14 +38,16 @@ from pytest_ktune.measure.guards import ENV as GUARD_ENV
 from pytest_ktune.measure.tool_runner import END, START
 from pytest_ktune.measure.worker import TargetRef
 
-TOOLS = {"opencl": ("oclgrind",), "cuda": ("memcheck", "racecheck")}
-DESCRIBE = {"oclgrind": "Oclgrind (out-of-bounds accesses, data races)",
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
+TOOLS = {"opencl": ("oclgrind",), "cuda": SANITIZER_TOOLS}
+DESCRIBE = {"oclgrind": "Oclgrind (out-of-bounds accesses, data races, uninitialised values)",
             "memcheck": "compute-sanitizer memcheck (out-of-bounds and misaligned accesses)",
-            "racecheck": "compute-sanitizer racecheck (shared-memory races)"}
+            "racecheck": "compute-sanitizer racecheck (shared-memory races)",
+            "initcheck": "compute-sanitizer initcheck (reads of uninitialised global memory)",
+            "synccheck": "compute-sanitizer synccheck (barriers misused)"}
+_CUDA_TOOLKIT = "install the CUDA toolkit, or set KTUNE_COMPUTE_SANITIZER to compute-sanitizer"
 INSTALL = {"oclgrind": "apt-get install oclgrind (Debian, Ubuntu), or set KTUNE_OCLGRIND_ICD to its "
-                       "liboclgrind-rt-icd.so",
-           "memcheck": "install the CUDA toolkit, or set KTUNE_COMPUTE_SANITIZER to compute-sanitizer",
-           "racecheck": "install the CUDA toolkit, or set KTUNE_COMPUTE_SANITIZER to compute-sanitizer"}
+                       "liboclgrind-rt-icd.so", **{t: _CUDA_TOOLKIT for t in SANITIZER_TOOLS}}
 MAX_FINDINGS = 3  # errors kept per configuration
 
 
@@ -49,7 +55,7 @@ MAX_FINDINGS = 3  # errors kept per configuration
 class ToolRun:
     """What one tool found on the configurations and cases it ran."""
 
-    tool: str  # "oclgrind", "memcheck" or "racecheck"
+    tool: str  # "oclgrind", or a compute-sanitizer tool: "memcheck", "racecheck", "initcheck", "synccheck"
     status: str  # "clean", "errors", "unavailable" or "incomplete" (a time limit, or the tool failed)
     ran: tuple[tuple[Mapping[str, Value], tuple[str, ...]], ...] = ()  # ran to the end: a configuration, its cases
     findings: tuple[tuple[Mapping[str, Value], str], ...] = ()  # (configuration, what the tool reported)
@@ -107,7 +113,8 @@ def _command(tool: str, spec_file: Path, scratch: Path) -> tuple[list[str], dict
         vendors = scratch / "icd"
         vendors.mkdir(exist_ok=True)
         (vendors / "oclgrind.icd").write_text(f"{icd}\n")
-        env.update(OCL_ICD_VENDORS=str(vendors), KTUNE_OPENCL_DEVICE="Oclgrind", OCLGRIND_DATA_RACES="1")
+        env.update(OCL_ICD_VENDORS=str(vendors), KTUNE_OPENCL_DEVICE="Oclgrind", OCLGRIND_DATA_RACES="1",
+                   OCLGRIND_UNINITIALIZED="1")
         env.pop("OCLGRIND_LOG", None)  # its reports come on stderr, between the runner's markers
         return runner, env
     sanitizer = compute_sanitizer()
@@ -120,9 +127,10 @@ def _command(tool: str, spec_file: Path, scratch: Path) -> tuple[list[str], dict
 
 
 # Oclgrind starts each report with a line like "Invalid read of size 4 at global memory address 0x...",
-# "Read-write data race at local memory address ...", "Work-group divergence detected ...".
+# "Read-write data race at local memory address ...", "Work-group divergence detected ...",
+# "Controlflow depends on uninitialized value", "Uninitialized value written to global memory address ...".
 _OCLGRIND = re.compile(r"^(Invalid (?:read|write)|Uninitialized|Unaligned|Misaligned|.*data race|.*[Dd]ivergence|"
-                       r".*barrier|Work-item finished|Oclgrind - OpenCL runtime error).*$", re.M)
+                       r".*barrier|.*uninitiali[sz]ed|Work-item finished|Oclgrind - OpenCL runtime error).*$", re.M)
 _OCLGRIND_LINE = re.compile(r"^\s*At line (\d+) \(column \d+\) of [^:]*:\n\s*(.*)$", re.M)
 # compute-sanitizer prefixes its lines with "=========".
 _SANITIZER = re.compile(r"^=+ +((?:Invalid|Misaligned|Program hit|Malloc|Cuda|Barrier|Uninitialized|"
@@ -183,17 +191,18 @@ def _sections(text: str, count: int) -> dict[int, tuple[str, dict[str, Any] | No
 
 
 def run_tool(tool: str, target: TargetRef, *, backend: str, cases: Sequence[int],
-             configs: Sequence[Mapping[str, Value]], seed: int, timeout_s: float, first_valid_case: bool = False,
-             scratch: Path | None = None, log: Path | None = None) -> ToolRun:
-    """Verify ``configs`` on those of ``cases`` of ``target`` their constraints allow (with
-    ``first_valid_case``, the first of them only) under ``tool``, in a process of its own, within
-    ``timeout_s``; see the module docstring. With ``log``, the tool's whole output is kept there."""
+             configs: Sequence[Mapping[str, Value]], seed: int, timeout_s: float,
+             groups: Sequence[Sequence[int]] = (), scratch: Path | None = None, log: Path | None = None) -> ToolRun:
+    """Verify ``configs`` on those of ``cases`` of ``target`` their constraints allow (with ``groups``,
+    positions in ``cases``: on the first of each group they allow) under ``tool``, in a process of its
+    own, within ``timeout_s``; see the module docstring. With ``log``, the tool's whole output is kept
+    there."""
     with tempfile.TemporaryDirectory(prefix="ktune-tool-", dir=scratch) as tmp:
         folder = Path(tmp)
         spec = {"target": {"module": target.module, "file": target.file, "name": target.name,
                            "sys_path": list(target.sys_path)},
                 "backend": backend, "cases": list(cases), "configs": [dict(c) for c in configs], "seed": seed,
-                "first_valid_case": first_valid_case}
+                "groups": [list(g) for g in groups]}
         spec_file = folder / "spec.json"
         spec_file.write_text(json.dumps(spec))
         made = _command(tool, spec_file, folder)

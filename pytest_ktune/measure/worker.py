@@ -1,14 +1,17 @@
 """Candidates evaluated in a separate process, so a crash, a hang or a poisoned GPU context
 fails one trial, never the tuner or pytest.
 
-The parent sends a batch of configurations; the worker compiles them in a thread pool,
-then verifies and times them one by one, answering after each. The parent waits for
+The parent sends a batch of configurations; the worker compiles them in a thread pool, then
+verifies and times them one by one, answering after each. A batch that is only verified (an agent's
+check) is compiled a few configurations ahead of its checks instead, so that a deadline per answer is
+about one configuration's compile and check, however long the batch. The parent waits for
 each answer with a deadline; on a timeout or a dead worker it records that trial as
 failed, and starts a fresh worker for the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -16,7 +19,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,9 +152,12 @@ class _Evaluator:
         self.inputs = FixtureCache()
         self.verify_only = spec.verify_only
 
-    def compile_all(self, configs: Sequence[Mapping[str, Value]]) -> dict[int, tuple[float, str]]:
-        """Compile every configuration for every case's defines, in parallel. Returns, per index,
-        the seconds spent and an error text ('' when it compiled)."""
+    def compile_ahead(self, configs: Sequence[Mapping[str, Value]]) -> Generator[tuple[float, str], None, None]:
+        """Compile every configuration for every case's defines, in a thread pool, in order; yields, per
+        configuration in turn, the seconds spent and an error text ('' when it compiled). Verifying only,
+        a few compile ahead of their use (one per thread) and each is yielded as soon as it is ready, so
+        the first answer of a batch waits for its own compile, not for the whole batch's: a deadline per
+        answer is about one configuration's work. Timing, all are compiled before the first is yielded."""
 
         def one(cfg: Mapping[str, Value]) -> tuple[float, str]:
             t0 = time.perf_counter()
@@ -163,9 +169,21 @@ class _Evaluator:
                 return time.perf_counter() - t0, exc.message
             return time.perf_counter() - t0, ""
 
-        workers = max(1, min(len(configs), os.cpu_count() or 1, 8))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return dict(enumerate(pool.map(one, configs)))
+        threads = max(1, min(len(configs), os.cpu_count() or 1, 8))
+        # Timing: every compile first, so that none runs while a configuration is timed.
+        ahead = threads if self.verify_only else len(configs)
+        pool = ThreadPoolExecutor(max_workers=threads)
+        futures = [pool.submit(one, cfg) for cfg in configs[:ahead]]
+        try:
+            if not self.verify_only:
+                for future in futures:
+                    future.result()
+            for i in range(len(configs)):
+                if i + ahead < len(configs):  # as many compiling as there are threads, no more ahead
+                    futures.append(pool.submit(one, configs[i + ahead]))
+                yield futures[i].result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def evaluate(self, cfg: Mapping[str, Value], compile_s: float, seed: int,
                  only: frozenset[int] | None = None) -> Outcome:
@@ -303,29 +321,38 @@ def _worker_main(conn: Any, spec: WorkerSpec) -> None:
             return
         if kind == "batch":
             _, configs, seed, only = msg
-            compiled = ev.compile_all(configs)
-            for i, cfg in enumerate(configs):
-                secs, error = compiled[i]
-                if error:
-                    conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error),
-                                                  compile_s=secs, detail=error[:_DETAIL])))
-                    continue
-                try:
-                    out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
-                except (LaunchError, CompileError) as exc:
-                    conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
-                    if isinstance(exc, LaunchError):
-                        return  # a failed launch can leave the device context unusable
-                    continue
-                except KtuneError as exc:
-                    out = Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)
-                except Exception as exc:
-                    text = f"{type(exc).__name__}: {exc}: {traceback.format_exc(limit=2)}"
-                    out = Outcome(cfg, "failed", _one_line(text), compile_s=secs)
-                conn.send(("outcome", out))
+            with contextlib.closing(ev.compile_ahead(configs)) as compiled:
+                if not _answer_batch(conn, ev, configs, compiled, seed=seed, only=only):
+                    return  # a failed launch can leave the device context unusable
         elif kind == "ab":
             _, current, candidate, seed, stop = msg
             conn.send(("ab", ev.ab(current, candidate, seed, stop)))
+
+
+def _answer_batch(conn: Any, ev: _Evaluator, configs: Sequence[Mapping[str, Value]],
+                  compiled: Iterator[tuple[float, str]], *, seed: int, only: frozenset[int] | None) -> bool:
+    """Verify (and time) each configuration of a batch once compiled, answering after each; False after a
+    failed launch."""
+    for i, cfg in enumerate(configs):
+        secs, error = next(compiled)
+        if error:
+            conn.send(("outcome", Outcome(cfg, "failed", _compile_reason(error), compile_s=secs,
+                                          detail=error[:_DETAIL])))
+            continue
+        try:
+            out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
+        except (LaunchError, CompileError) as exc:
+            conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
+            if isinstance(exc, LaunchError):
+                return False
+            continue
+        except KtuneError as exc:
+            out = Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}: {traceback.format_exc(limit=2)}"
+            out = Outcome(cfg, "failed", _one_line(text), compile_s=secs)
+        conn.send(("outcome", out))
+    return True
 
 
 class CandidatePool(Protocol):

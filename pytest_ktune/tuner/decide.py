@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -10,6 +10,7 @@ from pytest_ktune.core.case import Case
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Timing, Tuned, new_baseline, source_changed
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.verified import how_verified, verified_cover
 from pytest_ktune.measure.ab import FASTER, SLOWER, Stop
 from pytest_ktune.measure.bench import mann_whitney_greater
 from pytest_ktune.measure.worker import ABOutcome, CaseTime
@@ -96,11 +97,17 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
                                    bytes_moved=target.bytes_for(target.case_args(c)))
                         for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
         return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
-                      tuned=w.tuned), changes
+                      tuned=_with_verified(w.tuned, target, w.best, w.cases)), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
     if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
         fresh = new_baseline(ctx.root, target, ctx.backend, base.params, timings, machine=w.machine or w.device)
         base = replace(base, baseline=fresh)
-    return replace(base, tuned=w.tuned), ()
+    return replace(base, tuned=_with_verified(w.tuned, target, base.params, w.cases)), ()
+
+
+def _with_verified(tuned: Tuned, target: Target, params: Mapping[str, Value], cases: Sequence[int]) -> Tuned:
+    """``tuned``, saying how ``params`` were verified where the target is a generated template."""
+    ids = [target.case_id(target.cases[i]) for i in cases]
+    return replace(tuned, verified=how_verified(verified_cover(target), params, ids))

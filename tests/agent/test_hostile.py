@@ -25,6 +25,7 @@ from pytest_ktune.testing.openai_stub import Canned, StubServer, completion, too
 from ._hostile import (
     API_KEY,
     PARAMS,
+    ROWNORM_CL,
     SCALE_ADD_CL,
     TARGETS_PY,
     Project,
@@ -122,6 +123,26 @@ def test_2_a_data_race_that_passes_on_pocl_is_caught_by_oclgrind(hostile: Projec
     hostile.assert_key_nowhere(out.result.message)
 
 
+# Reads a partial of the local array that no work-item wrote (part[nl], with nl < 256 work-items), in a test
+# whose answer never counts: right on PoCL, and seen only by Oclgrind's uninitialised-value check.
+UNINITIALISED = ROWNORM_CL.replace("part[0] = t; }", "if (part[nl] == 12345.0f) t = 0.0f; part[0] = t; }")
+
+
+def test_2_an_uninitialised_read_that_passes_on_pocl_is_caught_by_oclgrind(hostile: Project) -> None:
+    need_oclgrind()
+    before = hostile.files()
+    bad = {"source": UNINITIALISED, "space": {"WG": [32, 64]}, "default": {"WG": 64}, "launch": {"block": "WG"}}
+    honest = {**bad, "source": ROWNORM_CL}
+    out = run(hostile, "rownorm", [propose(bad, tool="test_template"), propose(honest, tool="test_template"),
+                                   finish()], iterations=4)
+    refused, passed = out.tool_answers()[:2]
+    assert refused["ok"] is False and refused["stage"] == "tools", refused
+    assert "Oclgrind" in refused["message"] and "uninitialized value" in refused["message"], refused
+    assert "part[nl] == 12345.0f" in refused["message"], refused
+    assert passed["ok"] is True, passed
+    _nothing_written(hostile, before, out)
+
+
 # -- 3. a configuration outside a sample ------------------------------------------------------------------
 
 WRONG_AT_VEC8 = SCALE_ADD_CL.replace("if (i < n) out[i] = 2.0f * x[i] + y[i];",
@@ -136,6 +157,27 @@ def test_3_a_value_no_first_points_reach_is_checked(hostile: Project) -> None:
     out = run(hostile, "scale_add", [propose(tpl), finish()])
     (answer,) = out.tool_answers()[:1]
     assert answer["stage"] == "verify" and "VEC=8" in answer["message"], answer
+    _nothing_written(hostile, before, out)
+
+
+WRONG_AT_BLOCK128 = SCALE_ADD_CL.replace("if (i < n) out[i] = 2.0f * x[i] + y[i];",
+                                        "if (i < n) out[i] = (BLOCK == 128 ? 1.01f : 1.0f) * (2.0f * x[i] + y[i]);")
+
+
+def test_3_the_one_configuration_a_constraint_allows_is_checked(hostile: Project) -> None:
+    # 2 x 2**15 points; BLOCK=128 only with all fifteen switches on, and wrong there on every shape. Drawn
+    # at random, that point is never met; solved, its pairs are feasible and the check runs it.
+    switches = {f"S{i}": [0, 1] for i in range(15)}
+    tpl = {"source": WRONG_AT_BLOCK128, "space": {"BLOCK": [64, 128], **switches},
+           "default": {"BLOCK": 64, **{n: 0 for n in switches}},
+           "constraints": ["BLOCK == 64 or (" + " and ".join(f"S{i} == 1" for i in range(15)) + ")"],
+           "launch": {"block": "BLOCK", "grid": "cdiv(n, BLOCK)"}}
+    before = hostile.files()
+    out = run(hostile, "scale_add", [propose(tpl), finish()])
+    (answer,) = out.tool_answers()[:1]
+    assert answer["ok"] is False and answer["stage"] == "verify", answer
+    assert "BLOCK=128" in answer["message"] and "S14=1" in answer["message"], answer
+    assert out.result.status == "no-template"
     _nothing_written(hostile, before, out)
 
 

@@ -1,5 +1,6 @@
-"""On a CUDA GPU: accepted templates run under compute-sanitizer memcheck and racecheck, and what those
-see, a result never shows (an overread whose value never counts, a shared-memory race), rejects them.
+"""On a CUDA GPU: accepted templates run under compute-sanitizer memcheck, racecheck, initcheck and synccheck,
+and what those see, a result never shows (an overread whose value never counts, a shared-memory race, a
+barrier only part of the block reaches), rejects them.
 Skipped with the reason where there is no GPU; ``benchmarks/sanitize_templates.py`` runs the same on
 the templates of the naive kernels and writes the tools' log."""
 
@@ -15,7 +16,7 @@ from pytest_ktune.agent._check import check_proposal
 from pytest_ktune.agent._proposal import Proposal
 from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.tools import ToolPlan, available
+from pytest_ktune.measure.tools import SANITIZER_TOOLS, ToolPlan, available
 
 pytestmark = pytest.mark.gpu
 
@@ -42,6 +43,11 @@ RACY_CU = """extern "C" __global__ void scale_add(float* out, const float* x, co
     if (i < n) out[i] = 2.0f * x[i] + y[i] + 0.0f * seen[threadIdx.x];
 }
 """
+
+# A barrier that only the first warp of each block reaches (the others have left the branch): the result is
+# right, and only synccheck sees it.
+DIVERGENT_BARRIER_CU = SCALE_ADD_CU.replace("if (i < n) out[i]", "if (threadIdx.x < 32) __syncthreads();\n"
+                                            "    if (i < n) out[i]")
 
 TARGET_PY = '''
 from typing import Any
@@ -82,12 +88,16 @@ def _proposal(source: str) -> Proposal:
                                "launch": {"block": "BLOCK", "grid": "cdiv(n, BLOCK)"}}, backend="cuda")
 
 
-def test_a_clean_template_passes_memcheck_and_racecheck_and_says_so(base: Target, tmp_path: Path) -> None:
+def test_a_clean_template_passes_every_sanitizer_tool_and_says_so(base: Target, tmp_path: Path) -> None:
     check = check_proposal(_proposal(SCALE_ADD_CU), base, root=tmp_path, backend="cuda", sample=0,
                            tools=ToolPlan(mode="require"))
     assert check.ok, check.message
-    assert [(r.tool, r.status) for r in check.tools] == [("memcheck", "clean"), ("racecheck", "clean")]
-    assert "compute-sanitizer memcheck" in check.record()
+    assert [(r.tool, r.status) for r in check.tools] == [(t, "clean") for t in SANITIZER_TOOLS]
+    record = check.record()
+    assert all(f"compute-sanitizer {t}" in record for t in SANITIZER_TOOLS)
+    # each on the odd shape and on the edge-value cases
+    assert all("n4096~odd(4096->4095)" in r.cases and "n4096~zeros" in r.cases for r in check.tools), \
+        [r.cases for r in check.tools]
 
 
 def test_an_overread_no_result_shows_is_caught_by_memcheck(base: Target, tmp_path: Path) -> None:
@@ -103,3 +113,11 @@ def test_a_shared_memory_race_is_caught(base: Target, tmp_path: Path) -> None:
     assert not check.ok, check.summary()
     # the race may also show in a result (then the device check rejects it first)
     assert check.stage == "verify" or ("racecheck" in check.message and "ace" in check.message), check.message
+
+
+def test_a_barrier_part_of_the_block_skips_is_caught_by_synccheck(base: Target, tmp_path: Path) -> None:
+    check = check_proposal(_proposal(DIVERGENT_BARRIER_CU), base, root=tmp_path, backend="cuda", sample=0,
+                           tools=ToolPlan(mode="require"))
+    assert not check.ok and check.stage == "tools", check.summary()
+    sync = next(r for r in check.tools if r.tool == "synccheck")
+    assert sync.status == "errors" and any("Barrier" in f for _, f in sync.findings), sync

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
 import pytest
@@ -143,3 +145,60 @@ def test_a_value_outside_the_space_is_a_violation() -> None:
     broken = space.violated({"BLOCK": 96, "VEC": 1}, {})
     assert broken and "BLOCK=96" in broken[0] and "[64, 128]" in broken[0]
     assert space.valid({"BLOCK": 128, "VEC": 2}, {})
+
+
+def _random_constraint(rng: random.Random, depth: int = 0) -> str:
+    names = ["A", "B", "C", "D", "H"]
+    r = rng.random()
+    if depth > 2 or r < 0.3:
+        a, b = rng.choice(names), rng.choice([*names, "2", "0"])
+        return rng.choice([f"{a} < {b}", f"{a} == {b}", f"{a} % 2 == {rng.randint(0, 1)}",
+                           f"({a} * {b}) >= {rng.randint(0, 9)}", f"{a} // {b} == 1", f"{a} <= {b} < 3"])
+    if r < 0.5:
+        return f"({_random_constraint(rng, depth + 1)} and {_random_constraint(rng, depth + 1)})"
+    if r < 0.7:
+        return f"({_random_constraint(rng, depth + 1)} or {_random_constraint(rng, depth + 1)})"
+    if r < 0.8:
+        return f"not ({_random_constraint(rng, depth + 1)})"
+    return (f"({_random_constraint(rng, depth + 1)} if {_random_constraint(rng, depth + 1)} "
+            f"else {_random_constraint(rng, depth + 1)})")
+
+
+def test_the_search_finds_exactly_the_points_that_testing_every_point_finds() -> None:
+    rng = random.Random(7)
+    compared = 0
+    for _ in range(200):
+        space = Space(constraints=[_random_constraint(rng) for _ in range(rng.randint(1, 3))],
+                      A=[0, 1, 2, 3], B=[0, 1, 2], C=[1, 2, 4], D=[0, 5])
+        key = {"H": rng.randint(0, 5)}
+        try:
+            every = [p for p in space.points() if space.valid(p, key)]
+        except SpaceError:
+            continue  # a division by zero is "does not hold"; only text compared with numbers raises
+        assert list(space.feasible(key)) == every, (space.constraints, key)
+        compared += 1
+    assert compared > 150
+
+
+def test_constraints_are_propagated_so_a_large_space_with_few_feasible_points_is_solved_at_once() -> None:
+    # 2**21 points; testing each would take a minute. Each constraint rules a partial point out as soon as
+    # it is bound, and the second needs no more than its first part: B=1 and S0=0 is false already.
+    switches = {f"S{i}": [0, 1] for i in range(20)}
+    space = Space(B=[0, 1], **switches, constraints=[
+        *(f"S{i} == S{i + 1}" for i in range(19)),
+        "B == 0 or (" + " and ".join(f"S{i} == 1" for i in range(20)) + ")"])
+    started = time.monotonic()
+    got = list(space.feasible({}))
+    assert time.monotonic() - started < 1.0
+    assert got == [{"B": 0, **{f"S{i}": 0 for i in range(20)}}, {"B": 0, **{f"S{i}": 1 for i in range(20)}},
+                   {"B": 1, **{f"S{i}": 1 for i in range(20)}}]
+
+
+def test_a_constraint_decided_before_all_its_names_are_bound() -> None:
+    c = Constraint.parse("B == 64 or (S0 and S1)")
+    assert c.decide({"B": 128, "S0": 0}) is False
+    assert c.decide({"B": 64}) is True
+    assert c.decide({"B": 128, "S0": 1}) is None
+    assert Constraint.parse("not (X < 3 < Y)").decide({"X": 5}) is True
+    assert Constraint.parse("(A if C else B) > 2").decide({"C": 1, "A": 1}) is False
+    assert Constraint.parse("H % VEC == 0 or B > 1").decide({"H": 8, "VEC": 0}) is None  # fails: not known
