@@ -30,13 +30,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_ktune.run.config import OPTIONS, default_text
+    from pytest_ktune.run.config import OPTIONS, help_text
 
     group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
     for o in OPTIONS:
-        where = f"ini: {o.ini}" + (f"; env: {o.env_name}" if o.env else "")
-        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
-        text = text.replace("%", "%%")
+        text = help_text(o, f"ini: {o.ini}" + (f"; env: {o.env_name}" if o.env else ""))
         if o.kind is bool:
             group.addoption(o.flag, action="store_true", default=None, dest=_dest(o.name), help=text)
         else:
