@@ -287,6 +287,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
+    from pytest_ktune.report.skips import skip_line
+
+    skipped = skip_line(s.results_for_reports().outcomes)
+    if skipped:
+        terminalreporter.section("ktune skipped")
+        terminalreporter.write_line(skipped)
     for line in [config.stash.get(FINISH_KEY, ""), *config.stash.get(REPORTS_KEY, [])]:
         if line:
             terminalreporter.write_line(f"ktune: {line}")
