@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
                            "default: every key of the targets' cases")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
-    worker.add_argument("--study", action="append", default=None,
+    worker.add_argument("--study", action="append", default=None, metavar="NAME",
                         help="a study name to join (default: every pytest-ktune study in the storage)")
     _tune_options(worker)
     lab.add_parsers(sub, _project)
@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--history", nargs="*", type=Path, default=[], metavar="PATH",
                         help="benchmark JSON files (pytest's --ktune-benchmark-json), or folders of them, to chart "
                              "beside the params file's git history")
-    report.add_argument("--out", type=Path, default=None, help="the page (default: .ktune/report.html)")
+    report.add_argument("--out", type=Path, default=None, metavar="PATH",
+                        help="the page (default: .ktune/report.html)")
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the project's studies (pip install "
                                              "'pytest-ktune[dashboard]')")
     _project(dash, path=True)
@@ -105,8 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("header", "json"), default="header",
                         help="header: C++17 (inline constexpr tables, std::string_view), for -std=c++17 or later; "
                              "json: the same entries as data (default: header)")
-    export.add_argument("-o", "--out", type=Path, default=None, help="the file to write (default: standard output)")
-    export.add_argument("--namespace", default="ktune", help="the header's C++ namespace (default: ktune)")
+    export.add_argument("-o", "--out", type=Path, default=None, metavar="PATH",
+                        help="the file to write (default: standard output)")
+    export.add_argument("--namespace", default="ktune", metavar="NAME",
+                        help="the header's C++ namespace (default: ktune)")
     _project(export)
     _add(export, "params")
     from pytest_ktune.agent import add_templatize_parser

@@ -36,41 +36,46 @@ def add_parsers(sub: Any, project: Any) -> None:
                              "--out, a folder): after a kernel changed")
     record.add_argument("--stale-only", action="store_true",
                         help="with --redo: only the landscapes whose target's source or space has changed")
-    record.add_argument("--max-bytes", default=None,
+    record.add_argument("--max-bytes", default=None, metavar="BYTES",
                         help="pick keys only among cases with at most this many input bytes (e.g. 64M); on "
                              "backends that check outputs on the host, that check dominates on large shapes")
-    record.add_argument("--out", type=Path, default=None,
+    record.add_argument("--out", type=Path, default=None, metavar="PATH",
                         help="a file (.json or .json.gz) or a folder (default: .ktune/landscapes)")
-    record.add_argument("--samples", type=int, default=5,
+    record.add_argument("--samples", type=int, default=5, metavar="N",
                         help="timing samples per configuration (default 5; 0: the timer's own default)")
     project(record)
-    record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS))
-    record.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
-    record.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the timing order")
+    record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS),
+                        help="where to record (default: auto: cuda when a GPU is visible, else opencl)")
+    record.add_argument("--trial-timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds one configuration may take (default 60)")
+    record.add_argument("--seed", type=int, default=0, metavar="N",
+                        help="seed of the inputs and of the timing order (default 0)")
     imp = sub.add_parser("import-landscape", help="read Kernel Tuner cache files (.json, .json.gz) as landscapes")
     imp.add_argument("files", nargs="+", type=Path, help="Kernel Tuner cache files")
-    imp.add_argument("--device", default=None,
+    imp.add_argument("--device", default=None, metavar="NAME",
                      help="the device's name, for files that record none (default: the file's name)")
-    imp.add_argument("--out", type=Path, default=None,
+    imp.add_argument("--out", type=Path, default=None, metavar="PATH",
                      help="a file (.json or .json.gz) for one cache, or a folder (default: .ktune/landscapes)")
     exp = sub.add_parser("export-landscape", help="write landscapes as Kernel Tuner cache files, for its "
                                                   "strategies and the autotuning methodology")
     exp.add_argument("landscapes", nargs="+", type=Path, help="files written by `ktune record`")
-    exp.add_argument("--out", type=Path, default=None,
+    exp.add_argument("--out", type=Path, default=None, metavar="PATH",
                      help="a file (.json; .json.gz is gzip, which Kernel Tuner itself does not read) for one "
                           "landscape, or a folder (default: beside each landscape)")
     search = sub.add_parser("bench-search", help="compare search strategies on recorded landscapes")
     search.add_argument("landscapes", nargs="+", type=Path,
                         help="files written by `ktune record`, or Kernel Tuner cache files (no project needed)")
     project(search)
-    search.add_argument("--budget", type=int, default=None, help="trials per search (default: min(100, the space))")
-    search.add_argument("--seeds", type=int, default=11, help="seeds per strategy (default 11)")
-    search.add_argument("--strategies", default=None,
+    search.add_argument("--budget", type=int, default=None, metavar="N",
+                        help="trials per search (default: min(100, the space))")
+    search.add_argument("--seeds", type=int, default=11, metavar="N", help="seeds per strategy (default 11)")
+    search.add_argument("--strategies", default=None, metavar="LIST",
                         help="comma-separated (default: all): ktune, ktune:tpe, bo, random, tpe, gp, cmaes, "
                              "kt:<Kernel Tuner name>")
     search.add_argument("--noise", action="store_true", help="re-sample measurement noise from the recorded spread")
-    search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
-    search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    search.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="a folder for bench-search.md, .json and .svg (default: none; the table only)")
+    search.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="processes running seeds side by side (default: one per CPU)")
 
 def run(args: argparse.Namespace, root: Path | None) -> int:

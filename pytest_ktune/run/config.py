@@ -157,7 +157,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("markdown", str, None, "append the summary as markdown to PATH (in GitHub Actions: "
            "$GITHUB_STEP_SUMMARY, the job's page)", env=True, metavar="PATH", path=True, cli=False),
     Option("benchmark_json", str, None, "write the timings in pytest-benchmark's --benchmark-json format, for "
-           "tools that chart it", env=True, metavar="PATH", path=True, cli=False),
+           "tools that chart it (needs pytest-benchmark: the benchmark extra)", env=True, metavar="PATH", path=True,
+           cli=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 
