@@ -374,6 +374,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the project's HTML page (``report.page``): 1 when the params file cannot be read."""
     from pytest_ktune.core.store import Store
+    from pytest_ktune.core.threshold import Threshold
     from pytest_ktune.report import history, page
 
     path = _params_path(args)
@@ -384,7 +385,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     points = history.params_history(path) + history.benchmark_history(args.history)
     studies = history.study_plots(root / ".ktune" / "reports")
     out = (args.out or root / ".ktune" / "report.html").resolve()
-    page.write(out, root.name, points, studies)
+    threshold = Threshold.parse(_options(args, tune=False).threshold).fraction  # the project's, as its gate's
+    page.write(out, root.name, points, studies, threshold=threshold)
     targets = len({p.target for p in points} | {s.target for s in studies})
     print(f"ktune: wrote the report to {out} ({targets} targets, {len(points)} timings, {len(studies)} studies)")
     return 0

@@ -159,3 +159,45 @@ def test_the_page_in_a_headless_chromium(project: Path, capsys: pytest.CaptureFi
     assert drawn == {"ready": "1", "series": 3, "points": 7, "history": 5, "bars": 1, "width": 720}
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert hidden is True
+
+
+def test_the_page_opens_on_what_changed_since_the_last_run(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = _write_page(project, capsys).read_text()
+    assert text.index('<section id="overview">') < text.index('<section class="target"')
+    overview = text.split('<section id="overview">', 1)[1].split("</section>", 1)[0]
+    assert '<h3 class="regression">Regressions: 0</h3>' in overview
+    assert '<h3 class="improvement">Improvements: 2</h3>' in overview and '<h3 class="drift">Drift: 0</h3>' in overview
+    # Both cases' baselines fell by a quarter at the last commit (8 to 6 µs, 32 to 24 µs); each row links its chart.
+    assert overview.count("-25.0%") == 2
+    for case in ("small", "big"):
+        link = re.search(rf'<a href="#(case-[0-9a-f]{{12}})">scale</a></td><td>{case}</td>', overview)
+        assert link is not None and f'<figure class="case" id="{link.group(1)}" data-case="{case}"' in text
+    assert "0 unchanged" in overview and "1 with a single timing so far" in overview  # the one benchmark run
+
+
+def test_the_overview_uses_the_projects_threshold(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "pytest.ini").write_text("[pytest]\nktune_threshold = median:30%\n")
+    text = _write_page(project, capsys).read_text()
+    # The last step (-25 %) is within 30 %; since the first baseline (10 to 6 µs, 40 to 24 µs) it is not: drift.
+    assert '<h3 class="improvement">Improvements: 0</h3>' in text and '<h3 class="drift">Drift: 2</h3>' in text
+    assert "within 30% of the run before, but more than 30% from their first timing" in text
+    assert text.count("-40.0%") == 2
+
+
+def test_regressions_improvements_and_drift() -> None:
+    from pytest_ktune.report.history import Point
+    from pytest_ktune.report.overview import overview
+
+    def series(case: str, times: list[float]) -> list[Point]:
+        return [Point(target=TARGET, case=case, device=DEVICE, commit=f"c{i}", date=f"2026-01-0{i + 1}",
+                      time_us=t) for i, t in enumerate(times)]
+
+    points = (series("slower", [10.0, 10.0, 12.0]) + series("faster", [10.0, 9.9, 8.0])
+              + series("creep", [10.0, 10.3, 10.6, 10.9]) + series("flat", [10.0, 10.2, 10.1])
+              + series("once", [10.0])[:1])
+    ov = overview(points, [f"c{i}" for i in range(4)], 0.05)
+    assert [(c.case, round(c.ratio, 3)) for c in ov.regressions] == [("slower", 1.2)]
+    assert [(c.case, round(c.ratio, 3)) for c in ov.improvements] == [("faster", 0.808)]
+    # Each step of creep is within 5 % of the one before; all together it is 9 % slower than the first.
+    assert [(c.case, c.before.commit, c.latest.commit) for c in ov.drift] == [("creep", "c0", "c3")]
+    assert (ov.unchanged, ov.single) == (1, 1)
