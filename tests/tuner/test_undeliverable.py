@@ -92,6 +92,7 @@ def test_the_command_refuses_pr_without_a_token_before_tuning(project: Project, 
     done = cli.run("tune", "--write", "pr", "--trials", "2")
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.splitlines() == [
+        "ktune: project . (--root, ini file tox.ini); params ktune-params.json (new)",
         "error: --write=pr opens a pull request with GITHUB_TOKEN, which is not set",
         "next step: set GITHUB_TOKEN (in a workflow: `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}`), or use "
         "--write=commit or patch"]
