@@ -1,11 +1,12 @@
 """What changed since the last run, for the top of ``ktune report``'s page: per case, device and
 source (the params file's baselines, stored benchmark JSON), the latest timing against the one
-before it. Slower by more than the threshold is a regression, faster by more an improvement; a
-last step within the threshold that ends more than the threshold away from the first timing is
-drift (a slow creep that no single run flagged). Everything else is unchanged."""
+before it. Slower by more than the threshold is a regression, faster by more an improvement; steps
+each within the threshold that add up to more than it, since the series' last larger step (or its
+first timing), are drift: a slow creep that no single run flagged. Everything else is unchanged."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ class Change:
     case: str
     device: str
     source: str
-    before: Point  # the previous timing (the first of the series, for drift)
+    before: Point  # the previous timing (for drift: where the creep started)
     latest: Point
 
     @property
@@ -44,15 +45,26 @@ class Overview:
     threshold: float
 
 
-def _kind(first: Point, previous: Point, latest: Point, threshold: float) -> tuple[str, Point]:
+def _beyond(ratio: float, threshold: float) -> bool:
+    return ratio > 1 + threshold or ratio < 1 - threshold
+
+
+def _kind(ordered: Sequence[Point], threshold: float) -> tuple[str, Point]:
+    """What the series' last step is, and the timing it is measured from."""
+    previous, latest = ordered[-2], ordered[-1]
     step = latest.time_us / previous.time_us
     if step > 1 + threshold:
         return "regression", previous
     if step < 1 - threshold:
         return "improvement", previous
-    overall = latest.time_us / first.time_us
-    if first is not previous and (overall > 1 + threshold or overall < 1 - threshold):
-        return "drift", first
+    # Drift is measured from the timing after the series' last step beyond the threshold (a change that
+    # was seen), or from its first timing: small steps since then that add up to more than the threshold.
+    base = ordered[0]
+    for a, b in itertools.pairwise(ordered):
+        if _beyond(b.time_us / a.time_us, threshold):
+            base = b
+    if base is not previous and _beyond(latest.time_us / base.time_us, threshold):
+        return "drift", base
     return "unchanged", previous
 
 
@@ -70,7 +82,7 @@ def overview(points: Sequence[Point], commits: Sequence[str], threshold: float =
         if len(ordered) < 2:
             single += 1
             continue
-        kind, before = _kind(ordered[0], ordered[-2], ordered[-1], threshold)
+        kind, before = _kind(ordered, threshold)
         found[kind].append(Change(kind, target, case, device, source, before, ordered[-1]))
     return Overview(regressions=tuple(sorted(found["regression"], key=lambda c: -c.ratio)),
                     improvements=tuple(sorted(found["improvement"], key=lambda c: c.ratio)),
@@ -87,7 +99,8 @@ def anchor(target: str, case: str) -> str:
 
 _TITLES = {"regression": ("Regressions", "slower than the run before by more than {pct}"),
            "improvement": ("Improvements", "faster than the run before by more than {pct}"),
-           "drift": ("Drift", "within {pct} of the run before, but more than {pct} from their first timing")}
+           "drift": ("Drift", "whose steps were each within {pct}, but add up to more than {pct} since the last "
+                              "larger one (or the first timing)")}
 
 
 def _pct(ratio: float) -> str:
@@ -123,6 +136,6 @@ def section(ov: Overview) -> str:
         if changes:
             out.append(f'<p class="muted">Cases {what.format(pct=pct)}; the largest change first.</p>'
                        + _table(changes))
-    out.append(f'<p class="muted">{ov.unchanged} unchanged (within {pct} of the run before and of the first '
-               f"timing); {ov.single} with a single timing so far. The charts of every case follow.</p></section>")
+    out.append(f'<p class="muted">{ov.unchanged} unchanged (within {pct} of the run before, and no creep beyond '
+               f"it); {ov.single} with a single timing so far. The charts of every case follow.</p></section>")
     return "\n".join(out)
