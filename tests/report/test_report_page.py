@@ -203,3 +203,17 @@ def test_regressions_improvements_and_drift() -> None:
     assert [(c.case, c.before.commit, c.latest.commit) for c in ov.drift] == [("creep", "c0", "c3")]
     # tuned halved at c1 (a change that was seen), and is within 5 % of that since: unchanged, not drift.
     assert (ov.unchanged, ov.single) == (2, 1)
+
+
+def test_baselines_not_committed_yet_are_the_last_run(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As `pytest --ktune --ktune-update-baseline` leaves it: a new baseline in the working tree, 20 % slower.
+    Store(project / "ktune-params.json").save([Record(target=TARGET, device=DEVICE, key={"N": 4096},
+                                                      params={"BLOCK": 64},
+                                                      baseline=_baseline({"small": 7.2, "big": 24.0}))])
+    assert main(["report", "--root", str(project)]) == 0
+    assert "(1 targets, 8 timings, 1 studies)" in capsys.readouterr().out
+    text = (project / ".ktune" / "report.html").read_text()
+    overview = text.split('<section id="overview">', 1)[1].split("</section>", 1)[0]
+    assert '<h3 class="regression">Regressions: 1</h3>' in overview and "+20.0%" in overview
+    assert '6.00 <span class="muted">' in overview and '7.20 <span class="muted">worktree</span>' in overview
+    assert "1 unchanged" in overview  # big: 24 µs, as committed
