@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, BACKENDS
 
 if TYPE_CHECKING:
+    from pytest_ktune.core.project import Located
     from pytest_ktune.core.target import Target
     from pytest_ktune.report.results import ItemOutcome
     from pytest_ktune.run.options import RunOptions
@@ -27,37 +27,52 @@ _SHARED = ("params", "backend", "trials", "tune_timeout", "sampler", "storage", 
 def _add(p: argparse.ArgumentParser, *names: str) -> None:
     """The options of pytest's ``--ktune-NAME`` as ``--NAME``, with the same meaning and help (run.config);
     each None when not given, so that the environment and the project's files can fill it in."""
-    from pytest_ktune.run.config import BY_NAME, default_text
+    from pytest_ktune.run.config import BY_NAME, cli_text, help_text
 
     for name in names:
         o = BY_NAME[name]
         where = f"{o.flag} under pytest" + (f"; env: {o.env_name}" if o.env else "") + f"; file: {o.name}"
-        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
+        text = help_text(o, where, words=cli_text)
         aliases = ("--timeout",) if name == "tune_timeout" else ()  # its name before it matched pytest's
         if o.kind is bool:
-            p.add_argument(o.cli_flag, *aliases, dest=name, action="store_true", default=None,
-                           help=text.replace("%", "%%"))
+            p.add_argument(o.cli_flag, *aliases, dest=name, action="store_true", default=None, help=text)
         else:
             convert: Callable[[str], Any] = o.kind
-            p.add_argument(o.cli_flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert,
-                           help=text.replace("%", "%%"))
+            p.add_argument(o.cli_flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert, help=text)
+
+
+_ROOT_HELP = ("the project's folder (as pytest's --rootdir): .ktune/ and the params file are found there, pytest's "
+              "ini file and [tool.ktune] from there up (default: found as pytest finds its rootdir, from the paths "
+              "given, else the current folder: the nearest pytest.ini, pyproject.toml, tox.ini or setup.cfg with "
+              "pytest settings)")
+_PATHS_HELP = ("target names, files or folders of the project (as given to pytest: example_project, "
+               "kernels/rmsnorm.py), or file::name as the params file writes them (default: every target)")
+
+
+def _project(p: argparse.ArgumentParser, *, path: bool = False) -> None:
+    """The options that say which project a command runs in: ``--root``, and a project ``PATH``."""
+    if path:
+        p.add_argument("path", nargs="?", type=Path, default=None,
+                       help="a folder or file of the project, as given to pytest (default: the current folder)")
+    p.add_argument("--root", type=Path, default=None, metavar="DIR", help=_ROOT_HELP)
 
 
 def _tune_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--root", type=Path, default=Path.cwd(),
-                   help="the project root: where .ktune/ lives, and where the params file, pytest's ini file "
-                        "and pyproject.toml's [tool.ktune] are looked for (default: .)")
+    _project(p)
     _add(p, *_SHARED)
 
 
 def _parser() -> argparse.ArgumentParser:
     from pytest_ktune.core.version import __version__
+    from pytest_ktune.lab import commands as lab
 
-    ap = argparse.ArgumentParser(prog="ktune", description="Tune @ktune.target kernels outside pytest.")
+    ap = argparse.ArgumentParser(prog="ktune", description="Tune, record and export @ktune.target kernels outside "
+                                 "pytest. Each command runs in the project pytest would find from the same folder "
+                                 "and paths (its first line names the project and its params file).")
     ap.add_argument("--version", action="version", version=f"pytest-ktune {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
-    tune.add_argument("targets", nargs="*", help="target names, or file::name as the params file writes them")
+    tune.add_argument("targets", nargs="*", metavar="PATH or TARGET", help=_PATHS_HELP)
     _add(tune, "autotune", "write")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
     _add(tune, "agent", "model", "agent_iterations", "agent_wall", "agent_memory", "agent_tools", "junit")
@@ -66,88 +81,64 @@ def _parser() -> argparse.ArgumentParser:
                            "default: every key of the targets' cases")
     _tune_options(tune)
     worker = sub.add_parser("worker", help="join the studies in a shared storage and run trials for them")
-    worker.add_argument("--study", action="append", default=None,
+    worker.add_argument("--study", action="append", default=None, metavar="NAME",
                         help="a study name to join (default: every pytest-ktune study in the storage)")
     _tune_options(worker)
-    record = sub.add_parser("record", help="time every feasible configuration of targets for a key: a landscape "
-                                           "file for replays and bench-search")
-    record.add_argument("targets", nargs="*", help="target names (default: all)")
-    record.add_argument("--key", action="append", default=[], metavar="NAME=VALUE",
-                        help="one dimension of the key to record; repeat for each (e.g. --key T=256)")
-    record.add_argument("--extreme-keys", dest="keys", action="store_const", const="extremes", default="given",
-                        help="the key of the smallest and of the largest case on this backend")
-    record.add_argument("--all-keys", dest="keys", action="store_const", const="all", help="every key")
-    record.add_argument("--smallest-key", dest="keys", action="store_const", const="smallest",
-                        help="the key of the smallest case (launch-bound)")
-    record.add_argument("--largest-key", dest="keys", action="store_const", const="largest",
-                        help="the key of the largest case (bandwidth-bound)")
-    record.add_argument("--redo", nargs="+", type=Path, default=None, metavar="LANDSCAPE",
-                        help="record again the target and key of these landscape files, over them (or into "
-                             "--out, a folder): after a kernel changed")
-    record.add_argument("--stale-only", action="store_true",
-                        help="with --redo: only the landscapes whose target's source or space has changed")
-    record.add_argument("--max-bytes", default=None,
-                        help="pick keys only among cases with at most this many input bytes (e.g. 64M); on "
-                             "backends that check outputs on the host, that check dominates on large shapes")
-    record.add_argument("--out", type=Path, default=None,
-                        help="a file (.json or .json.gz) or a folder (default: .ktune/landscapes)")
-    record.add_argument("--samples", type=int, default=5,
-                        help="timing samples per configuration (default 5; 0: the timer's own default)")
-    record.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
-    record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS))
-    record.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
-    record.add_argument("--seed", type=int, default=0, help="seed of the inputs and of the timing order")
-    imp = sub.add_parser("import-landscape", help="read Kernel Tuner cache files (.json, .json.gz) as landscapes")
-    imp.add_argument("files", nargs="+", type=Path, help="Kernel Tuner cache files")
-    imp.add_argument("--device", default=None,
-                     help="the device's name, for files that record none (default: the file's name)")
-    imp.add_argument("--out", type=Path, default=None,
-                     help="a file (.json or .json.gz) for one cache, or a folder (default: .ktune/landscapes)")
-    exp = sub.add_parser("export-landscape", help="write landscapes as Kernel Tuner cache files, for its "
-                                                  "strategies and the autotuning methodology")
-    exp.add_argument("landscapes", nargs="+", type=Path, help="files written by `ktune record`")
-    exp.add_argument("--out", type=Path, default=None,
-                     help="a file (.json; .json.gz is gzip, which Kernel Tuner itself does not read) for one "
-                          "landscape, or a folder (default: beside each landscape)")
-    search = sub.add_parser("bench-search", help="compare search strategies on recorded landscapes")
-    search.add_argument("landscapes", nargs="+", type=Path,
-                        help="files written by `ktune record`, or Kernel Tuner cache files (no project needed)")
-    search.add_argument("--root", type=Path, default=Path.cwd(), help="the project the landscapes were recorded in")
-    search.add_argument("--budget", type=int, default=None, help="trials per search (default: min(100, the space))")
-    search.add_argument("--seeds", type=int, default=11, help="seeds per strategy (default 11)")
-    search.add_argument("--strategies", default=None,
-                        help="comma-separated (default: all): ktune, ktune:tpe, bo, random, tpe, gp, cmaes, "
-                             "kt:<Kernel Tuner name>")
-    search.add_argument("--noise", action="store_true", help="re-sample measurement noise from the recorded spread")
-    search.add_argument("--out", type=Path, default=None, help="a folder for bench-search.md, .json and .svg")
-    search.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                        help="processes running seeds side by side (default: one per CPU)")
-    report = sub.add_parser("report", help="one self-contained HTML page of the project: each kernel's time across "
-                                           "commits, and its tuning studies' plots")
-    report.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    lab.add_parsers(sub, _project)
+    report = sub.add_parser("report", help="one self-contained HTML page of the project: what regressed, improved "
+                                           "or drifted; each kernel's time across commits; its tuning studies' plots")
+    _project(report, path=True)
     _add(report, "params")
     report.add_argument("--history", nargs="*", type=Path, default=[], metavar="PATH",
-                        help="benchmark JSON files (--ktune-benchmark-json), or folders of them, to chart beside the "
-                             "params file's git history")
-    report.add_argument("--out", type=Path, default=None, help="the page (default: .ktune/report.html)")
+                        help="benchmark JSON files (pytest's --ktune-benchmark-json), or folders of them, to chart "
+                             "beside the params file's git history")
+    report.add_argument("--out", type=Path, default=None, metavar="PATH",
+                        help="the page (default: .ktune/report.html)")
     dash = sub.add_parser("dashboard", help="optuna-dashboard on the project's studies (pip install "
                                              "'pytest-ktune[dashboard]')")
-    dash.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    _project(dash, path=True)
     _add(dash, "storage")
     dash.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="the port to listen on (default: 8080)")
-    export = sub.add_parser("export", help="the tuned parameters of every target, device and key as a C++ header "
+    export = sub.add_parser("export", help="the tuned parameters of every target, device and key as a C++17 header "
                                            "(constexpr tables and a lookup) or JSON, for code built ahead of time")
-    export.add_argument("targets", nargs="*", help="target names (default: all)")
-    export.add_argument("--format", choices=("header", "json"), default="header", help="default: header")
-    export.add_argument("-o", "--out", type=Path, default=None, help="the file to write (default: standard output)")
-    export.add_argument("--namespace", default="ktune", help="the header's C++ namespace (default: ktune)")
-    export.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
-    export.add_argument("--params", default=None, metavar="PATH", help="the params file (default: as ktune tune)")
+    export.add_argument("targets", nargs="*", metavar="PATH or TARGET", help=_PATHS_HELP)
+    export.add_argument("--format", choices=("header", "json"), default="header",
+                        help="header: C++17 (inline constexpr tables, std::string_view), for -std=c++17 or later; "
+                             "json: the same entries as data (default: header)")
+    export.add_argument("-o", "--out", type=Path, default=None, metavar="PATH",
+                        help="the file to write (default: standard output)")
+    export.add_argument("--namespace", default="ktune", metavar="NAME",
+                        help="the header's C++ namespace (default: ktune)")
+    _project(export)
+    _add(export, "params")
     from pytest_ktune.agent import add_templatize_parser
 
     add_templatize_parser(sub)
     return ap
+
+
+def _located(args: argparse.Namespace) -> Located:
+    """The project the command runs in (``core.project``: pytest's rootdir rules, from the paths given
+    and the current folder, or ``--root``), found once; ``args.root`` becomes its rootdir, and the
+    positional arguments are split into ``args.names`` (targets) and ``args.within`` (paths)."""
+    from pytest_ktune.core.project import locate, split_args
+
+    found: Located | None = getattr(args, "located", None)
+    if found is not None:
+        return found
+    here = Path.cwd()
+    within, names = split_args(getattr(args, "targets", None) or [], here)
+    path: Path | None = getattr(args, "path", None)
+    if path is not None and not path.exists():
+        raise KtuneError(f"no file or folder {path}", hint="give a folder of the project, or leave it out")
+    found = locate([*within, *([path] if path else [])], here, rootdir=args.root)
+    for p in within:
+        if not p.is_relative_to(found.rootdir):
+            raise KtuneError(f"{p} is outside the project {found.rootdir}",
+                             hint="give files and folders inside --root, or leave --root out")
+    args.located, args.root, args.names, args.within = found, found.rootdir, names, within
+    return found
 
 
 def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
@@ -156,14 +147,30 @@ def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
     from pytest_ktune.run.config import OPTIONS, project_files, resolve
     from pytest_ktune.run.options import run_options
 
-    root = args.root.resolve()
+    located = _located(args)
     given = {o.name: getattr(args, o.name, None) for o in OPTIONS}
     if getattr(args, "no_write", False):
         given["write"] = "none"
     given["tune"] = tune and not getattr(args, "autotune", False)
-    resolved = resolve(given, project_files(root))
-    opts = run_options(resolved, root=root, command="ktune " + " ".join(sys.argv[1:]))
+    resolved = resolve(given, project_files(located.rootdir, located))
+    opts = run_options(resolved, root=located.rootdir, command="ktune " + " ".join(sys.argv[1:]))
     return replace(opts, tune=tune and not opts.autotune)
+
+
+def _params_path(args: argparse.Namespace) -> Path:
+    """The params file of the command's project, by ``core.paths``' rule."""
+    from pytest_ktune.core.paths import params_path
+
+    opts = _options(args, tune=False)
+    return params_path(opts.root, explicit=opts.params, root=opts.root, configured=opts.params_configured)
+
+
+def _say_project(args: argparse.Namespace, params: Path | None = None) -> None:
+    """The command's first line: the project it runs in, how it was found, and its params file."""
+    from pytest_ktune.core.project import describe
+
+    print(f"ktune: {describe(_located(args), params or _params_path(args), Path.cwd())}", file=sys.stderr,
+          flush=True)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -172,20 +179,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from pytest_ktune.core.discover import discover, select
     from pytest_ktune.core.keys import key_string, parse_key
     from pytest_ktune.core.store import Store, target_id
+    from pytest_ktune.run.config import cli_text
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
     from pytest_ktune.run.tuning import Tuning, autotune_choice
 
-    settings = build(_options(args, tune=True), cli_manager().hook)
+    _say_project(args)  # first: an option refused below is refused in a project the user can see
+    opts = _options(args, tune=True)
+    settings = build(opts, cli_manager().hook)
     assert settings.tune is not None
     root = settings.root
+    _refuse_a_stray_params_file(args, settings.params_path, settings.write_mode, opts.params)
     if settings.agent is not None:
         model = settings.agent.model
-        print(f"ktune: agent: model {model.model}" if model else f"ktune: {AGENT_OFF}", file=sys.stderr)
+        print(f"ktune: agent: model {model.model}" if model else f"ktune: {cli_text(AGENT_OFF)}", file=sys.stderr)
     backend = backends.resolve(settings.backend)
-    targets = select(discover(root), args.targets, root)
+    targets = select(discover(root, args.within), args.names, root, command="ktune tune")
     if not targets:
-        raise KtuneError(f"no @ktune.target found under {root}", hint="run from the project root, or pass --root")
+        raise KtuneError(f"no @ktune.target found under {root}", hint="give the project's folder (as to pytest), "
+                                                                      "or --root")
     tuning = Tuning(root=root, params_path=settings.params_path, backend=backend, settings=settings.tune,
                     extensions=settings.extensions, agent=settings.agent, progress=sys.stderr,
                     command=settings.command, write_mode=settings.write_mode)
@@ -210,7 +222,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             out = tuning.tune(target, key, tuple(cases))
         except KtuneError as exc:
             failures += 1
-            text = exc.render()
+            text = cli_text(exc.render())
             errors[text] = errors.get(text, 0) + 1
             if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
                 print(f"error: {text}", file=sys.stderr)
@@ -223,36 +235,55 @@ def cmd_tune(args: argparse.Namespace) -> int:
             change = ("not written (--no-write)" if args.no_write
                       else f"not written yet (--write {settings.write_mode})")
         print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
-              f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed); "
+              f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed){out.resumed_text()}; "
               f"{out.decision}; {change}; report: {out.report}")
     for text, n in errors.items():
         if n > 1:
             print(f"error: the same error as above for {n - 1} more key(s): {text.splitlines()[0]}", file=sys.stderr)
     for result in tuning.agents.values():
-        print(result.message)
+        print(cli_text(result.message))
         if result.transcript is not None:
             print(f"  transcript: {result.transcript} ({result.usage})")
         failures += result.status == "error"
     line = tuning.finish()
     if line:
-        print(f"ktune: {line}")
+        print(f"ktune: {cli_text(line)}", file=sys.stderr if tuning.undelivered else sys.stdout)
+    failures += tuning.undelivered is not None
     junit = _options_value(args, "junit")
     if junit:
         from pytest_ktune.report import junit as junit_report
         from pytest_ktune.report.results import RunResults
 
         device = tuning.outcomes[0].device if tuning.outcomes else ""
-        junit_report.write(Path(junit), RunResults(root=root, backend=backend, device=device,
-                                                   outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+        try:
+            junit_report.write(Path(junit), RunResults(root=root, backend=backend, device=device,
+                                                       outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+        except (OSError, KtuneError) as exc:
+            print(f"error: the JUnit report was NOT written to {junit}: {exc}", file=sys.stderr)
+            return 1
         print(f"ktune: wrote the JUnit report to {junit}")
     return 1 if failures else 0
+
+
+def _refuse_a_stray_params_file(args: argparse.Namespace, params: Path, write: str, explicit: str | None) -> None:
+    """Outside a project (no configuration file, no ``--root``), a tune that would write makes no new
+    params file where the command happens to run: it says where it looked and what to give instead."""
+    found = _located(args)
+    if found.is_project or write == "none" or params.is_file() or explicit or os.environ.get("KTUNE_PARAMS"):
+        return
+    raise KtuneError(f"no project at {found.rootdir}: no pytest.ini, pyproject.toml, tox.ini or setup.cfg with "
+                     f"pytest settings there or above it, so --write {write} would create a stray {params.name} there",
+                     hint="give the project's folder (as to pytest: ktune tune example_project ...), or --root DIR "
+                          "to make DIR the project, or --params PATH")
 
 
 def _options_value(args: argparse.Namespace, name: str) -> Any:
     """One option's value as ``run.config`` resolves it for this command."""
     from pytest_ktune.run.config import OPTIONS, project_files, resolve
 
-    return resolve({o.name: getattr(args, o.name, None) for o in OPTIONS}, project_files(args.root.resolve()))[name]
+    located = _located(args)
+    return resolve({o.name: getattr(args, o.name, None) for o in OPTIONS},
+                   project_files(located.rootdir, located))[name]
 
 
 def _tune_outcome(target: Target, key: dict[str, Any], root: Path, outcome: str, duration_s: float, *,
@@ -288,62 +319,29 @@ def _keys(targets: Sequence[Target], backend: str,
     return chosen
 
 
-def cmd_record(args: argparse.Namespace) -> int:
-    from pytest_ktune.core.keys import parse_key
-    from pytest_ktune.lab.record import RecordSettings, parse_bytes, run_record
-
-    if args.samples < 0:
-        raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")
-    settings = RecordSettings(samples=args.samples or None, trial_timeout_s=args.trial_timeout, seed=args.seed)
-    if args.redo is not None:
-        from pytest_ktune.lab.record import run_redo
-
-        if args.targets or args.key or args.keys != "given" or args.max_bytes:
-            raise KtuneError("--redo takes its targets and keys from the landscape files",
-                             hint="give either --redo FILES or targets and keys, not both")
-        if args.out is not None and (args.out.name.endswith(".json") or args.out.name.endswith(".json.gz")):
-            raise KtuneError(f"with --redo, --out names a folder, not a file: {args.out}",
-                             hint="leave --out out to write over the files")
-        run_redo(args.root.resolve(), args.redo, args.backend, out=args.out, settings=settings,
-                 stale_only=args.stale_only)
-        return 0
-    if args.stale_only:
-        raise KtuneError("--stale-only goes with --redo", hint="e.g. ktune record --redo landscapes/*.json.gz "
-                                                              "--stale-only")
-    run_record(args.root.resolve(), args.targets, args.backend, parse_key(args.key), keys=args.keys, out=args.out,
-               settings=settings, max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else None)
-    return 0
-
-
-def cmd_bench_search(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.benchsearch import run
-    from pytest_ktune.lab.results import BenchSettings
-    from pytest_ktune.lab.strategies import DEFAULT_STRATEGIES
-
-    if args.seeds < 1:
-        raise KtuneError("--seeds must be 1 or more", hint="e.g. --seeds 11")
-    names = tuple(s.strip() for s in args.strategies.split(",") if s.strip()) if args.strategies else None
-    settings = BenchSettings(budget=args.budget, seeds=args.seeds, strategies=names or DEFAULT_STRATEGIES,
-                             noise=args.noise, jobs=max(1, args.jobs))
-    run(args.root.resolve(), args.landscapes, settings, args.out)
-    return 0
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     from pytest_ktune.core.discover import discover, select
     from pytest_ktune.core.files import write_atomic
-    from pytest_ktune.core.paths import params_path
     from pytest_ktune.core.store import Store
     from pytest_ktune.report.export import collect, render_header, render_json
 
-    root = args.root.resolve()
-    path = params_path(root, explicit=args.params, root=root)
+    path = _params_path(args)
+    _say_project(args, path)
+    root = args.root
     if not path.is_file():
+        from pytest_ktune.core.discover import project_folders
+        from pytest_ktune.core.paths import FILENAME
+
+        there = [os.path.relpath(f) for f in project_folders(root) if (f / FILENAME).is_file()]
+        elsewhere = (f"{', '.join(there)} {'is a project' if len(there) == 1 else 'are projects'} of its own with "
+                     f"a params file: give its folder, as to pytest (ktune export {there[0]}), or --root; ") \
+            if there else ""
         raise KtuneError("there is no params file to export", where=str(path),
-                         hint="record baselines (pytest --ktune --ktune-update-baseline) or tune first, or pass "
-                              "--params")
-    exported, unknown = collect(Store.load(path), select(discover(root), args.targets, root))
-    for ident in [] if args.targets else unknown:
+                         hint=f"{elsewhere}record baselines (pytest --ktune --ktune-update-baseline) or tune first, "
+                              "or pass --params")
+    exported, unknown = collect(Store.load(path), select(discover(root, args.within), args.names, root,
+                                                         command="ktune export"))
+    for ident in [] if args.names or args.within else unknown:
         print(f"ktune export: {ident} is in {path.name}, but no such target is under {root}: left out", file=sys.stderr)
     text = render_json(exported, path.name) if args.format == "json" else \
         render_header(exported, path.name, args.namespace)
@@ -356,51 +354,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _single(out: Path | None, count: int, what: str) -> bool:
-    """Whether ``--out`` names one file (and then there must be one input)."""
-    single = out is not None and (out.name.endswith(".json") or out.name.endswith(".json.gz"))
-    if single and count != 1:
-        raise KtuneError(f"--out {out} names one file, but {count} {what} were given", hint="give a folder to --out")
-    return single
-
-
-def cmd_import_landscape(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.ktcache import import_cache
-
-    single = _single(args.out, len(args.files), "cache files")
-    lands = [import_cache(f, device=args.device) for f in args.files]  # every file checked before one is written
-    for path, land in zip(args.files, lands, strict=True):
-        stem = path.name.removesuffix(".gz").removesuffix(".json")
-        dest = args.out if single else (args.out or Path.cwd() / ".ktune" / "landscapes") / f"{stem}.json.gz"
-        land.save(dest)
-        failed = len(land.points) - len(land.timed)
-        print(f"{land.label} on {land.device_id}: {len(land.points)} configurations, {len(land.timed)} timed, "
-              f"{failed} failed or invalid; optimum {land.optimum.value_us:.3f} µs at {dict(land.optimum.params)}; "
-              f"wrote {dest}")
-    return 0
-
-
-def cmd_export_landscape(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.ktcache import write_cache
-    from pytest_ktune.lab.landscape import load
-
-    single = _single(args.out, len(args.landscapes), "landscapes")
-    lands = [load(p) for p in args.landscapes]
-    for path, land in zip(args.landscapes, lands, strict=True):
-        stem = path.name.removesuffix(".gz").removesuffix(".json")
-        dest = args.out if single else (args.out or path.parent) / f"{stem}.kt.json"
-        write_cache(land, dest)
-        failed = len(land.points) - len(land.timed)
-        print(f"{land.label}: {len(land.points)} configurations ({failed} failed or infeasible, kept with Kernel "
-              f"Tuner's markers); wrote {dest}")
-    return 0
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
     from pytest_ktune.tuner.join import join_studies
 
+    _say_project(args)
     run = build(_options(args, tune=True), cli_manager().hook)
     settings = run.tune
     assert settings is not None
@@ -413,17 +372,21 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Write the project's HTML page (``report.page``)."""
-    from pytest_ktune.core.paths import params_path
+    """Write the project's HTML page (``report.page``): 1 when the params file cannot be read."""
+    from pytest_ktune.core.store import Store
+    from pytest_ktune.core.threshold import Threshold
     from pytest_ktune.report import history, page
 
-    root = args.root.resolve()
-    opts = _options(args, tune=False)
-    path = params_path(root, explicit=opts.params, root=root, configured=opts.params_configured)
+    path = _params_path(args)
+    _say_project(args, path)
+    root = args.root
+    if path.is_file():
+        Store.load(path)  # a damaged params file is an error here, not a page that leaves its records out
     points = history.params_history(path) + history.benchmark_history(args.history)
     studies = history.study_plots(root / ".ktune" / "reports")
     out = (args.out or root / ".ktune" / "report.html").resolve()
-    page.write(out, root.name, points, studies)
+    threshold = Threshold.parse(_options(args, tune=False).threshold).fraction  # the project's, as its gate's
+    page.write(out, root.name, points, studies, threshold=threshold)
     targets = len({p.target for p in points} | {s.target for s in studies})
     print(f"ktune: wrote the report to {out} ({targets} targets, {len(points)} timings, {len(studies)} studies)")
     return 0
@@ -433,7 +396,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     """optuna-dashboard on the project's storage: the journal under .ktune/, or the shared one."""
     from pytest_ktune.tuner.storage import open_storage
 
-    root = args.root.resolve()
+    _say_project(args)
+    root = args.root
     url = _options_value(args, "storage")
     journal = root / ".ktune" / "studies.journal"
     if url is None and not journal.is_file():
@@ -450,32 +414,39 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    from pytest_ktune.lab import commands as lab
+
+    if args.command in lab.COMMANDS:
+        root = None
+        if args.command in ("record", "bench-search"):
+            _say_project(args)
+            root = args.root
+        return lab.run(args, root)
+    if args.command == "templatize":
+        from pytest_ktune.agent import run_templatize
+        from pytest_ktune.run.config import cli_text
+
+        return run_templatize(args, words=lambda text: cli_text(text, _TEMPLATIZE_FLAGS))
+    command: Callable[[argparse.Namespace], int] = {
+        "tune": cmd_tune, "worker": cmd_worker, "report": cmd_report, "dashboard": cmd_dashboard,
+        "export": cmd_export}[args.command]
+    return command(args)
+
+
+# templatize's own flags for what ``ktune tune`` calls --agent-wall and --agent-memory
+_TEMPLATIZE_FLAGS = {"agent_wall": "--wall", "agent_memory": "--memory", "agent_tools": "--tools"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from pytest_ktune.run.config import cli_text
+
     args = _parser().parse_args(argv)
     try:
-        if args.command == "tune":
-            return cmd_tune(args)
-        if args.command == "record":
-            return cmd_record(args)
-        if args.command == "bench-search":
-            return cmd_bench_search(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "dashboard":
-            return cmd_dashboard(args)
-        if args.command == "export":
-            return cmd_export(args)
-        if args.command == "import-landscape":
-            return cmd_import_landscape(args)
-        if args.command == "export-landscape":
-            return cmd_export_landscape(args)
-        if args.command == "templatize":
-            from pytest_ktune.agent import run_templatize
-
-            return run_templatize(args)
-        return cmd_worker(args)
+        return _run(args)
     except KtuneError as exc:
-        print(f"error: {exc.render()}", file=sys.stderr)
+        flags = _TEMPLATIZE_FLAGS if args.command == "templatize" else None
+        print(f"error: {cli_text(exc.render(), flags)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -30,13 +30,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_ktune.run.config import OPTIONS, default_text
+    from pytest_ktune.run.config import OPTIONS, help_text
 
     group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
     for o in OPTIONS:
-        where = f"ini: {o.ini}" + (f"; env: {o.env_name}" if o.env else "")
-        text = (o.help if o.kind is bool else f"{o.help} (default: {default_text(o)})") + f" [{where}]"
-        text = text.replace("%", "%%")
+        text = help_text(o, f"ini: {o.ini}" + (f"; env: {o.env_name}" if o.env else ""))
         if o.kind is bool:
             group.addoption(o.flag, action="store_true", default=None, dest=_dest(o.name), help=text)
         else:
@@ -85,6 +83,10 @@ def pytest_configure(config: pytest.Config) -> None:
                            cwd=Path(config.invocation_params.dir))
         options = run_options(resolved, root=Path(config.rootpath),
                               command=" ".join(["pytest", *config.invocation_params.args]))
+        if resolved["benchmark_json"]:
+            from pytest_ktune.report.benchjson import require
+
+            require()  # asked for, it must be deliverable: say so now, not after the run
         # Progress needs write, flush and isatty of a text stream, which _ReporterStream has.
         progress = cast("TextIO", _ReporterStream(config))
         session = Session(replace(build(options, config.hook), progress=progress))
@@ -229,15 +231,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     line = s.finish()
     if line:
         session.config.stash[FINISH_KEY] = line
-    session.config.stash[REPORTS_KEY] = _write_reports(session.config, s)
+    reports, written = _write_reports(session.config, s)
+    session.config.stash[REPORTS_KEY] = reports
+    undelivered = s.updates or (s.tuning is not None and s.tuning.undelivered is not None) or not written
+    if undelivered and session.exitstatus == pytest.ExitCode.OK:
+        # What was asked for (baselines, tuned winners, a report) was not delivered: the run fails,
+        # so that a CI job does not pass without it; the terminal summary says what and why.
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _write_reports(config: pytest.Config, s: Any) -> list[str]:
-    """Write the reports asked for on the command line; a line for the terminal about each."""
+def _write_reports(config: pytest.Config, s: Any) -> tuple[list[str], bool]:
+    """Write the reports asked for on the command line; a line for the terminal about each, and
+    whether every one was written."""
     from pytest_ktune.core.errors import KtuneError
     from pytest_ktune.report import benchjson, junit, markdown
 
     lines = []
+    ok = True
     run = s.results_for_reports()
     resolved = config.stash[CONFIG_KEY]
     for what, option, write in (("JUnit report", "junit", junit.write),
@@ -251,9 +261,10 @@ def _write_reports(config: pytest.Config, s: Any) -> list[str]:
             write(path, run)
         except (OSError, ValueError, KtuneError) as exc:
             lines.append(f"{what} NOT written to {path}: {exc}")
+            ok = False
         else:
             lines.append(f"wrote the {what} to {path}")
-    return lines
+    return lines, ok
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -276,6 +287,12 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.section(title)
         for line in lines:
             terminalreporter.write_line(line)
+    from pytest_ktune.report.skips import skip_line
+
+    skipped = skip_line(s.results_for_reports().outcomes)
+    if skipped:
+        terminalreporter.section("ktune skipped")
+        terminalreporter.write_line(skipped)
     for line in [config.stash.get(FINISH_KEY, ""), *config.stash.get(REPORTS_KEY, [])]:
         if line:
             terminalreporter.write_line(f"ktune: {line}")

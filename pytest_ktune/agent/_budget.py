@@ -85,9 +85,8 @@ class Budget:
         """Raise BudgetError once a bound is spent."""
         why = self.spent()
         if why:
-            raise BudgetError(why, hint="raise --ktune-agent-wall or --ktune-agent-memory (ktune tune: --agent-wall, "
-                                        "--agent-memory; ktune templatize: --wall, --memory), or give the model "
-                                        "fewer iterations")
+            raise BudgetError(why, hint="raise --ktune-agent-wall or --ktune-agent-memory, or give the model fewer "
+                                        "iterations")
 
     def cap(self, seconds: float) -> float:
         """``seconds``, or the time left if that is shorter (never less than ``MIN_SLICE_S``)."""

@@ -10,7 +10,7 @@ checked in the isolated worker; only a verified one is written, beside the kerne
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,13 +25,14 @@ from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.project import describe, locate
 from pytest_ktune.core.redact import Redactor
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.tune import tune_key
 
-AGENT_OFF = "agent: off (no OPENAI_BASE_URL/--model): rule-based templater"
+AGENT_OFF = "agent: off (no --model, no KTUNE_MODEL): the rule-based templater alone"
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,11 @@ def _context(base: Target, settings: TemplatizeSettings, kernel_file: Path, devi
 
 
 def templatize(kernel_file: Path, target: str, *, root: Path, settings: TemplatizeSettings,
-               proposer: Proposer | None = None, stream: TextIO | None = None) -> TemplatizeResult:
+               proposer: Proposer | None = None, stream: TextIO | None = None,
+               words: Callable[[str], str] | None = None) -> TemplatizeResult:
     """Template the kernel: rules first, then ``proposer`` rounds; check each; optionally tune the
-    kept one; write it when verified. See :class:`~pytest_ktune.agent._proposal.Proposer`."""
+    kept one; write it when verified. See :class:`~pytest_ktune.agent._proposal.Proposer`.
+    ``words`` rewrites each line said (the ``ktune`` command: its own flags for pytest's)."""
 
     out = stream if stream is not None else sys.stdout
     say: list[str] = []
@@ -127,6 +130,7 @@ def templatize(kernel_file: Path, target: str, *, root: Path, settings: Templati
 
     def emit(line: str) -> None:
         line = redactor.text(line)  # what the model sent is redacted already; the rest, for the environment's
+        line = words(line) if words is not None else line
         say.append(line)
         print(line, file=out, flush=True)
 
@@ -225,7 +229,7 @@ def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSet
         outcomes.append(o)
         default = f"{o.default_us:.2f} µs" if o.default_us is not None else "n/a"
         emit(f"tuned {key_label(key)}: default {default}, best {o.best_us:.2f} µs {dict(o.best_params)} "
-             f"after {o.timed} trials")
+             f"after {o.trials_text()}")
     return tuple(outcomes)
 
 
@@ -234,25 +238,37 @@ def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSet
 
 def add_parser(sub: Any) -> None:
     """``ktune templatize KERNEL --target NAME ...`` on the ``ktune`` command's subparsers."""
-    p = sub.add_parser("templatize", help="turn a kernel with hard-coded launch choices into a verified template")
+    p = sub.add_parser("templatize", help="turn a kernel with hard-coded launch choices into a verified template",
+                       description="Turn a kernel with hard-coded launch choices into a verified template. Without "
+                                   "--model the rule-based templater runs alone (no model, no network); with "
+                                   "--model (or KTUNE_MODEL), an OpenAI-compatible model revises its proposal: "
+                                   "it reads OPENAI_API_KEY, and OPENAI_BASE_URL for an endpoint other than "
+                                   "OpenAI's.")
     p.add_argument("kernel", type=Path, help="the kernel source (.cu or .cl) that a @ktune.target wraps")
     p.add_argument("--target", required=True, help="the @ktune.target whose source that file is")
-    p.add_argument("--root", type=Path, default=Path.cwd(), help="the project root (default: .)")
+    p.add_argument("--root", type=Path, default=None, metavar="DIR",
+                   help="the project's folder (default: found as pytest finds its rootdir from the kernel file: "
+                        "the nearest pytest.ini, pyproject.toml, tox.ini or setup.cfg with pytest settings)")
     p.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS),
                    help="auto: from the file's suffix (.cu: cuda, .cl: opencl)")
-    p.add_argument("--sample", type=int, default=8, help="configurations checked per proposal besides the default")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sample, the inputs and the search")
+    p.add_argument("--sample", type=int, default=8,
+                   help="configurations checked per proposal besides the default (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample, the inputs and the search (default 0)")
     p.add_argument("--out", type=Path, default=None, help="folder for the template (default: beside the kernel)")
     p.add_argument("--tune", action="store_true", help="search the verified template's space with the tuner")
     p.add_argument("--trials", type=int, default=20, help="timed trials per key with --tune (default 20)")
-    p.add_argument("--trial-timeout", type=float, default=60.0, help="seconds one configuration may take")
-    p.add_argument("--model", default=None, help="the model of an OpenAI-compatible endpoint (OPENAI_BASE_URL)")
-    p.add_argument("--max-rounds", type=int, default=4, help="proposals the agent may make (default 4)")
+    p.add_argument("--trial-timeout", type=float, default=60.0,
+                   help="seconds one configuration may take (default 60)")
+    p.add_argument("--model", default=None,
+                   help="the model that revises the rule-based proposal, on OpenAI's API (OPENAI_API_KEY) or an "
+                        "OpenAI-compatible endpoint (OPENAI_BASE_URL); default: KTUNE_MODEL, else none: the rule-based "
+                        "templater alone")
+    p.add_argument("--max-rounds", type=int, default=4, help="proposals the model may make (default 4)")
     p.add_argument("--wall", type=float, default=1800.0, help="seconds for the whole command (default 1800)")
     p.add_argument("--memory", type=int, default=8192, help="MiB of resident memory, workers included (default 8192)")
     p.add_argument("--tools", default="auto", choices=("auto", "require", "off"),
                    help="run accepted templates under Oclgrind (OpenCL) or compute-sanitizer (CUDA): auto (where "
-                        "installed), require (a missing tool rejects the template), off")
+                        "installed, the default), require (a missing tool rejects the template), off")
 
 
 def _agent_proposer(args: Any) -> Proposer | None:
@@ -266,7 +282,7 @@ def _agent_proposer(args: Any) -> Proposer | None:
     return proposer
 
 
-def run_cli(args: Any) -> int:
+def run_cli(args: Any, words: Callable[[str], str] | None = None) -> int:
     """``ktune templatize``: 0 when a verified template was written, 1 when none verified."""
     backend = args.backend
     if backend == "auto":
@@ -282,6 +298,10 @@ def run_cli(args: Any) -> int:
                                   tune=args.tune, trials=args.trials, trial_timeout_s=args.trial_timeout,
                                   max_rounds=args.max_rounds, wall_s=args.wall, memory_mb=args.memory,
                                   tools=ToolPlan(mode=args.tools))
+    if args.root is None:
+        args.root = locate([args.kernel], Path.cwd()).rootdir
+    print(f"ktune: {describe(locate([], Path.cwd(), rootdir=args.root), None, Path.cwd())}", file=sys.stderr,
+          flush=True)
     result = templatize(args.kernel, args.target, root=args.root.resolve(), settings=settings,
-                        proposer=_agent_proposer(args))
+                        proposer=_agent_proposer(args), words=words)
     return 0 if result.written else 1

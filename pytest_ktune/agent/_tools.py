@@ -31,7 +31,7 @@ from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.tuner.encoding import Encoding, label_study, stored_mode
 from pytest_ktune.tuner.loop import enqueue
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
-from pytest_ktune.tuner.storage import open_storage, study_name
+from pytest_ktune.tuner.storage import open_storage, resolve_study_name
 from pytest_ktune.tuner.tune import tune_key
 
 _SCALAR = {"type": ["integer", "number", "string", "boolean"]}
@@ -316,9 +316,9 @@ class Workbench:
         import optuna
 
 
-        name = study_name(target_id(target, self.bench.root), self.device.id, key)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         storage = self._storage()
+        name = resolve_study_name(storage, target_id(target, self.bench.root), self.device.id, key)
         enc = Encoding.for_sampler(target, self.bench.tune.sampler, stored_mode(storage, name))
         study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
         label_study(study, enc)

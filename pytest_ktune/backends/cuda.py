@@ -40,6 +40,17 @@ if TYPE_CHECKING:
 INSTALL_HINT = ("pip install 'pytest-ktune[cuda]' (CuPy for CUDA 13), or 'pytest-ktune[cuda12]' with a CUDA 12 "
                 "driver, on a machine with an NVIDIA GPU")
 
+
+def device_hint(exc: BaseException) -> str:
+    """What to do when CuPy is installed and finds no usable device: the driver or the GPU is what is
+    missing, not the extra (a driver older than CuPy's CUDA wants the cuda12 extra instead)."""
+    text = str(exc)
+    if "InsufficientDriver" in text or "insufficient" in text.lower():
+        return ("the NVIDIA driver is older than the CUDA this CuPy was built for: update the driver, or install "
+                "CuPy for the driver's CUDA (pip install 'pytest-ktune[cuda12]' for a CUDA 12 driver)")
+    return ("CuPy is installed; what is missing is an NVIDIA driver or a visible GPU: check that `nvidia-smi` lists "
+            "one (and CUDA_VISIBLE_DEVICES), or run on OpenCL with --ktune-backend opencl")
+
 _COPY_SRC = r"""
 extern "C" __global__ void ktune_copy(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -225,7 +236,7 @@ class CudaBackend:
             self.ordinal = dev_id = int(cp.cuda.Device().id)
             props = cp.cuda.runtime.getDeviceProperties(dev_id)
         except Exception as exc:
-            raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=INSTALL_HINT) from None
+            raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=device_hint(exc)) from None
         name = props["name"]
         name = name.decode() if isinstance(name, bytes) else str(name)
         try:

@@ -34,6 +34,8 @@ from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
 INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
+DRIVER_HINT = ("pyopencl is installed; an OpenCL driver is what is missing: pip install pocl-binary-distribution "
+               "(PoCL, for the CPU), or the GPU vendor's OpenCL runtime; `clinfo` lists what OpenCL sees")
 
 _COPY_SRC = """
 __kernel void ktune_copy(__global const float4* restrict src, __global float4* restrict dst, ulong n) {
@@ -42,9 +44,8 @@ __kernel void ktune_copy(__global const float4* restrict src, __global float4* r
 """
 
 
-# Eight lanes a thread: what a CPU's vector units take (PoCL fuses none of its multiply-adds, and calls a
-# library for fma(), so this counts what a kernel's own arithmetic reaches); a GPU's compiler splits
-# them into scalar chains.
+# Eight lanes a thread: what a CPU's vector units take (PoCL fuses none of its multiply-adds, and calls a library
+# for fma(), so this counts what a kernel's own arithmetic reaches); a GPU's compiler splits them into scalar chains.
 _FMA_SRC = f"""
 __kernel void ktune_fma(__global float* out, float a, float b, int iters) {{
     const float8 x = (float8)(get_global_id(0) * 1e-6f);
@@ -79,10 +80,10 @@ def _pick_device(cl: Any) -> Any:
     try:
         platforms = cl.get_platforms()
     except Exception as exc:  # pyopencl raises LogicError when no ICD is installed
-        raise BackendUnavailable(f"no OpenCL platform found ({exc})", hint=INSTALL_HINT) from None
+        raise BackendUnavailable(f"no OpenCL platform found ({exc})", hint=DRIVER_HINT) from None
     devices = [d for p in platforms for d in p.get_devices()]
     if not devices:
-        raise BackendUnavailable("OpenCL found no device", hint=INSTALL_HINT)
+        raise BackendUnavailable("OpenCL found no device", hint=DRIVER_HINT)
     wanted = os.environ.get("KTUNE_OPENCL_DEVICE")
     if wanted:
         named = [d for d in devices if wanted.lower() in f"{d.platform.name} {d.name}".lower()]

@@ -185,11 +185,13 @@ def parse_bytes(text: str) -> int:
 
 
 def run_record(root: Path, names: Sequence[str], backend: str, key: Mapping[str, str], *, keys: str,
-               out: Path | None, settings: RecordSettings, max_bytes: int | None = None) -> list[Path]:
-    """``ktune record``: record the chosen keys of the chosen targets; the files written."""
+               out: Path | None, settings: RecordSettings, max_bytes: int | None = None,
+               within: Sequence[Path] = ()) -> list[Path]:
+    """``ktune record``: record the chosen keys of the chosen targets (those under the files and
+    folders ``within``, where given); the files written."""
 
     backend = backends.resolve(backend)
-    targets = select(discover(root), names, root)
+    targets = select(discover(root, within), names, root, command="ktune record")
     if not targets:
         raise KtuneError(f"no @ktune.target found under {root}", hint="run from the project root, or pass --root")
     if key and keys != "given":

@@ -49,9 +49,15 @@ def _pytest_benchmark() -> Any:
         import pytest_benchmark.stats
         import pytest_benchmark.utils
     except ImportError:
-        raise KtuneError("the benchmark JSON is built with pytest-benchmark, which is not installed",
-                         hint="pip install 'pytest-ktune[benchmark]'") from None
+        raise KtuneError("--ktune-benchmark-json: the benchmark JSON is built with pytest-benchmark, which is not "
+                         "installed", hint="pip install 'pytest-ktune[benchmark]', or leave --ktune-benchmark-json "
+                                           "(KTUNE_BENCHMARK_JSON) out") from None
     return pytest_benchmark
+
+
+def require() -> None:
+    """A KtuneError, before the run, where the benchmark JSON could not be built (no pytest-benchmark)."""
+    _pytest_benchmark()
 
 
 def stats(samples: Sequence[float], iterations: int = 1, *, include_data: bool = True) -> dict[str, Any]:

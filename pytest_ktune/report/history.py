@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -54,29 +55,42 @@ def _finite(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+WORKTREE = "worktree"  # the commit of the params file's baselines not committed yet
+
+
+def _baselines(store: Store, commit: str, date: str) -> list[Point]:
+    return [Point(target=record.target, case=case, device=machine or record.device, commit=commit, date=date,
+                  time_us=timing.median_us, gbps=timing.gbps, source=PARAMS)
+            for record in store.records.values() if record.baseline is not None
+            for machine, case, timing in record.baseline.all_timings()]
+
+
 def params_history(params_path: Path) -> list[Point]:
-    """The baselines of every commit that changed the params file (none outside git)."""
+    """The baselines of every commit that changed the params file, then those of the file as it is
+    where that differs from HEAD (a baseline just recorded, a tune just written: the last run), as
+    the commit ``WORKTREE``; outside git, the file as it is."""
     folder = params_path.parent
     top = git.output(folder, "rev-parse", "--show-toplevel")
-    if top is None:
-        return []
-    log = git.output(folder, "log", "--format=%H%x09%cI", "--", params_path.name)
     points: list[Point] = []
-    for line in reversed((log or "").splitlines()):  # oldest first: commits of one second keep their order
-        commit, _, date = line.partition("\t")
-        text = git.file_at(Path(top.strip()), commit, params_path)
-        if text is None:
-            continue
-        try:
-            store = Store.from_text(text, params_path)
-        except StoreError:
-            continue  # a damaged version in the history: left out, the others still chart
-        for record in store.records.values():
-            if record.baseline is None:
+    if top is not None:
+        log = git.output(folder, "log", "--format=%H%x09%cI", "--", params_path.name)
+        for line in reversed((log or "").splitlines()):  # oldest first: commits of one second keep their order
+            commit, _, date = line.partition("\t")
+            text = git.file_at(Path(top.strip()), commit, params_path)
+            if text is None:
                 continue
-            for machine, case, timing in record.baseline.all_timings():
-                points.append(Point(target=record.target, case=case, device=machine or record.device, commit=commit,
-                                    date=date, time_us=timing.median_us, gbps=timing.gbps, source=PARAMS))
+            try:
+                store = Store.from_text(text, params_path)
+            except StoreError:
+                continue  # a damaged version in the history: left out, the others still chart
+            points += _baselines(store, commit, date)
+    if params_path.is_file() and (top is None or git.differs_from_head(Path(top.strip()), params_path)):
+        try:
+            store = Store.load(params_path)
+        except StoreError:
+            return points
+        stamp = _dt.datetime.fromtimestamp(params_path.stat().st_mtime, _dt.timezone.utc).isoformat()
+        points += _baselines(store, WORKTREE, max([stamp, *(p.date for p in points)]))
     return points
 
 

@@ -56,7 +56,7 @@ def build(run: RunResults) -> str:
                 "| --- | --- | ---: | ---: | ---: | --- | --- |"]
         for t in run.tunes:
             outcome = ("written" if t.written else "accepted, not written") if t.accepted else "kept"
-            out.append("| " + " | ".join([_cell(t.target), _cell(key_label(t.key)), str(t.timed), _us(t.current_us),
+            out.append("| " + " | ".join([_cell(t.target), _cell(key_label(t.key)), t.trials_cell(), _us(t.current_us),
                                           _us(t.best_us), _cell(params_text(t.best_params)), outcome]) + " |")
         out.append("")
     return "\n".join(out) + "\n"

@@ -1,6 +1,9 @@
 """``ktune report``: one self-contained HTML page per project (no network, no CDN: the styles, the
 script and every plot are in the file).
 
+First, what changed since the last run (``report.overview``): regressions, improvements and drift,
+each case linked to its chart.
+
 Per target: per case, the time across commits (one line per device and source: the baselines of the
 params file's history, and the runs of stored benchmark JSON), and a table of the latest time with
 its GB/s, % of copy bandwidth and % of peak (that column only where a result carries a measured
@@ -20,6 +23,7 @@ from pytest_ktune.core.keys import key_label
 from pytest_ktune.core.text import params as params_text
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.history import BENCHMARK, Point, StudyPlots, ordered_commits
+from pytest_ktune.report.overview import DEFAULT_THRESHOLD, anchor, overview, section
 from pytest_ktune.report.svg import _YScale
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -32,6 +36,7 @@ h3 { font-size: 15px; margin-bottom: 4px; }
 table { border-collapse: collapse; margin: 6px 0 14px; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; } td.num { text-align: right; }
 .muted { color: #777; font-size: 13px; } .studies svg { max-width: 100%; height: auto; }
+h3.regression { color: #b00; } h3.improvement { color: #070; }
 #filter { font-size: 14px; padding: 4px; width: 320px; }
 """
 
@@ -131,8 +136,9 @@ def _latest_table(points: Sequence[Point], commits: Sequence[str]) -> str:
             + "".join(rows) + "</table>")
 
 
-def build(project: str, points: Sequence[Point], studies: Sequence[StudyPlots], *, generated: str | None = None) -> str:
-    """The whole page."""
+def build(project: str, points: Sequence[Point], studies: Sequence[StudyPlots], *, generated: str | None = None,
+          threshold: float = DEFAULT_THRESHOLD) -> str:
+    """The whole page: the overview of what changed since the last run, then each target's charts."""
     stamp = generated or _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     targets = sorted({p.target for p in points} | {s.target for s in studies})
     commits = ordered_commits(points)
@@ -143,6 +149,8 @@ def build(project: str, points: Sequence[Point], studies: Sequence[StudyPlots], 
            f"{len(studies)} tuning studies; generated {_e(stamp)}. Solid lines: baselines in the params file's "
            "history; dashed: runs kept as benchmark JSON.</p>",
            '<p><input id="filter" type="search" placeholder="filter targets" aria-label="filter targets"></p>']
+    if points:
+        out.append(section(overview(points, commits, threshold)))
     if not targets:
         out.append("<p>Nothing to show yet: record baselines (pytest --ktune --ktune-update-baseline), keep "
                    "benchmark JSON (--ktune-benchmark-json), or tune (ktune tune).</p>")
@@ -152,7 +160,7 @@ def build(project: str, points: Sequence[Point], studies: Sequence[StudyPlots], 
         for case in sorted({p.case for p in mine}):
             pts = [p for p in mine if p.case == case]
             seen = [c for c in commits if any(p.commit == c for p in pts)]
-            out.append(f'<figure class="case" data-case="{_e(case)}"><h3>{_e(case)}</h3>')
+            out.append(f'<figure class="case" id="{anchor(target, case)}" data-case="{_e(case)}"><h3>{_e(case)}</h3>')
             out.append(timeline_svg(pts, seen))
             out.append(_latest_table(pts, seen) + "</figure>")
         plots = [s for s in studies if s.target == target]
@@ -170,9 +178,11 @@ def build(project: str, points: Sequence[Point], studies: Sequence[StudyPlots], 
     return "\n".join(out) + "\n"
 
 
-def write(path: Path, project: str, points: Sequence[Point], studies: Sequence[StudyPlots]) -> Path:
-    """Write the page to ``path``, atomically; returns the path."""
+def write(path: Path, project: str, points: Sequence[Point], studies: Sequence[StudyPlots], *,
+          threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Write the page to ``path``, atomically; returns the path. ``threshold``: the fraction beyond
+    which the overview calls a change a regression or an improvement (the gate's)."""
     if any(not math.isfinite(p.time_us) for p in points):
         points = [p for p in points if math.isfinite(p.time_us)]
-    write_atomic(Path(path), build(project, points, studies))
+    write_atomic(Path(path), build(project, points, studies, threshold=threshold))
     return Path(path)

@@ -22,6 +22,7 @@ from pytest_ktune.core.text import params as _params
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.svg import clean_importances, history_svg, importance_svg
 from pytest_ktune.tuner.outcome import StudySummary, TrialRow, TuneOutcome
+from pytest_ktune.tuner.storage import study_name
 
 if TYPE_CHECKING:
     pass
@@ -39,11 +40,14 @@ MIN_TRIALS_FOR_IMPORTANCE = 4
 
 
 def report_slug(target: str, device: str, key: Mapping[str, object]) -> str:
-    """The file name stem of a study's report: readable, filesystem-safe, and the same on every run.
+    """The file name stem of a study's report: its study's name (``tuner.storage.study_name``):
+    short, readable, filesystem-safe, and the same on every run."""
+    return study_name(target, device, key)
 
-    The readable part is cut short and lossy (``/`` and ``:`` become ``-``),
-    so a hash of the exact target, device and key keeps distinct studies apart.
-    """
+
+def _legacy_slug(target: str, device: str, key: Mapping[str, object]) -> str:
+    """The stem reports had before 0.2 (the id, the device and the key, up to 80 characters): its
+    files are removed when the study's report is written again, so that the page shows it once."""
     key_text = "-".join(f"{k}-{key[k]}" for k in sorted(key, key=str))
     pieces = (_UNSAFE.sub("-", piece).strip("-.") for piece in (target, device, key_text))
     readable = "--".join(p for p in pieces if p)[:80].rstrip("-.")
@@ -63,6 +67,9 @@ def write_report(folder: Path, summary: StudySummary, rows: Sequence[TrialRow],
     """
     folder.mkdir(parents=True, exist_ok=True)
     slug = report_slug(summary.target, summary.device, summary.key)
+    legacy = _legacy_slug(summary.target, summary.device, summary.key)
+    for suffix in (".md", ".json", "-history.svg", "-importance.svg"):
+        (folder / f"{legacy}{suffix}").unlink(missing_ok=True)
     ordered = sorted(rows, key=lambda r: r.number)
     best = _best_row(ordered, summary.best_params)
     history = folder / f"{slug}-history.svg"

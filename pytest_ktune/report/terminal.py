@@ -48,7 +48,7 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
     for t in tunes:
         key = key_label(t.key)
         params = _fit(" ".join(f"{k}={v}" for k, v in t.best_params.items()), 40)
-        trials = f"{t.timed}" + (f" (+{t.infeasible} infeasible, {t.failed} failed)" if t.infeasible or t.failed
+        trials = t.trials_cell() + (f" (+{t.infeasible} infeasible, {t.failed} failed)" if t.infeasible or t.failed
                                  else "")
         outcome = ("written" if t.written else "accepted, not written") if t.accepted else "kept"
         rows.append([t.target, key, trials, _us(t.default_us), _us(t.current_us), _us(t.best_us), params,

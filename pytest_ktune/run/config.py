@@ -22,14 +22,15 @@ when the ``ktune`` command reads an ini file), so pytest can register the option
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
+from pytest_ktune.core.project import Located, locate, read_toml
 
 TABLE = "tool.ktune"
 _TRUE = ("1", "true", "yes", "on")
@@ -122,7 +123,7 @@ OPTIONS: tuple[Option, ...] = (
            "a machine that has baselines, or a changed case that cannot be A/B'd is an error, not a note "
            "(for merge gates)", env=True, cli=False),
     Option("seed", int, None, "base seed for the random inputs and the sampler (default: a new one each "
-           "run, shown in the header)", env=True, metavar="N"),
+           "run, which pytest's header shows)", env=True, metavar="N"),
     Option("params", str, None, "the params file (default: $KTUNE_PARAMS, else the nearest "
            "ktune-params.json at or above the rootdir, else one at the rootdir)", metavar="PATH", path=True),
     Option("tune", bool, False, "tune every selected target for every key of its cases (Optuna), and keep "
@@ -148,7 +149,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("agent", bool, False, "before searching each target, let an LLM agent (OpenAI-compatible, "
            "OPENAI_BASE_URL / OPENAI_API_KEY) template, test, analyse and plan; a verified, faster template "
            "is written only with write mode file. No model: the rule-based templater"),
-    Option("model", str, None, "the agent's model (none: the rule-based templater)", env=True, metavar="NAME"),
+    Option("model", str, None, "the agent's model (default: none, the rule-based templater)", env=True,
+           metavar="NAME"),
     Option("agent_iterations", int, 12, "model turns per target before the agent stops", metavar="N"),
     Option("agent_wall", float, 1800.0, "seconds of one target's agent run, model calls, checks and searches "
            "included", metavar="SECONDS"),
@@ -161,7 +163,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("markdown", str, None, "append the summary as markdown to PATH (in GitHub Actions: "
            "$GITHUB_STEP_SUMMARY, the job's page)", env=True, metavar="PATH", path=True, cli=False),
     Option("benchmark_json", str, None, "write the timings in pytest-benchmark's --benchmark-json format, for "
-           "tools that chart it", env=True, metavar="PATH", path=True, cli=False),
+           "tools that chart it (needs pytest-benchmark: the benchmark extra)", env=True, metavar="PATH", path=True,
+           cli=False),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 
@@ -171,6 +174,32 @@ def default_text(o: Option) -> str:
     if o.kind is bool:
         return "off"
     return "none" if o.default is None else str(o.default)
+
+
+def help_text(o: Option, where: str, words: Callable[[str], str] | None = None) -> str:
+    """The option's line in ``--help``: what it does (``words`` rewrites it for the ``ktune`` command),
+    its default (where its text does not say it already), and ``[where]`` else it can be given;
+    escaped for argparse."""
+    text = o.help if o.kind is bool or "default" in o.help else f"{o.help} (default: {default_text(o)})"
+    return f"{words(text) if words else text} [{where}]".replace("%", "%%")
+
+
+_FLAG = re.compile(r"--ktune-([a-z][a-z0-9-]*)")
+
+
+def cli_text(text: str, flags: Mapping[str, str] | None = None) -> str:
+    """A message written with pytest's flags (``--ktune-write``), as the ``ktune`` command says it:
+    each flag the command has becomes its own (``--write``; ``flags`` maps an option's name to a
+    subcommand's own flag where it differs), and pytest's only flags stay as they are."""
+
+    def swap(m: re.Match[str]) -> str:
+        name = m.group(1).replace("-", "_")
+        if flags and name in flags:
+            return flags[name]
+        o = BY_NAME.get(name)
+        return o.cli_flag if o is not None and o.cli else m.group(0)
+
+    return _FLAG.sub(swap, text)
 
 
 @dataclass(frozen=True)
@@ -243,20 +272,6 @@ def resolve(given: Mapping[str, Any], files: ConfigFiles, *, env: Mapping[str, s
 
 # -- the files, for the ``ktune`` command (pytest reads its own ini file) ------------------------
 
-_INI_FILES = ("pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-
-
-def _toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - pytest depends on tomli below 3.11
-        import tomli as tomllib
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise OptionError(f"cannot read {path}: {exc}", hint="fix the TOML syntax there") from None
-
 
 def _dig(doc: Mapping[str, Any], dotted: str) -> Any:
     node: Any = doc
@@ -272,7 +287,10 @@ def ktune_table(start: Path) -> tuple[dict[str, Any], Path | None]:
     for folder in [start, *start.parents]:
         path = folder / "pyproject.toml"
         if path.is_file():
-            table = _dig(_toml(path), TABLE)
+            try:
+                table = _dig(read_toml(path), TABLE)
+            except KtuneError as exc:
+                raise OptionError(exc.message, hint=exc.hint) from None
             if table is not None:
                 if not isinstance(table, Mapping):
                     raise OptionError(f"{TABLE} in {path} is not a table", hint=f"write [{TABLE}] and keys under it")
@@ -280,41 +298,10 @@ def ktune_table(start: Path) -> tuple[dict[str, Any], Path | None]:
     return {}, None
 
 
-def pytest_ini(start: Path) -> tuple[dict[str, Any], Path | None]:
-    """pytest's ini keys as pytest would find them from ``start``: the first of pytest.ini,
-    .pytest.ini, pyproject.toml (with a pytest table), tox.ini ([pytest]) and setup.cfg
-    ([tool:pytest]) in ``start`` or the nearest folder above it."""
-    for folder in [start, *start.parents]:
-        for name in _INI_FILES:
-            path = folder / name
-            if not path.is_file():
-                continue
-            if name == "pyproject.toml":
-                doc = _toml(path)
-                section = _dig(doc, "tool.pytest.ini_options")
-                native = _dig(doc, "tool.pytest")
-                if section is None and not (isinstance(native, Mapping) and set(native) - {"ini_options"}):
-                    continue
-                keys = dict(section or {})
-                if isinstance(native, Mapping):
-                    keys.update({k: v for k, v in native.items() if k != "ini_options"})
-                return keys, path
-            import iniconfig
-
-            try:
-                ini = iniconfig.IniConfig(str(path))
-            except (OSError, iniconfig.ParseError) as exc:
-                raise OptionError(f"cannot read {path}: {exc}", hint="fix the ini syntax there") from None
-            section_name = {"tox.ini": "pytest", "setup.cfg": "tool:pytest"}.get(name, "pytest")
-            if section_name in ini:
-                return dict(ini[section_name].items()), path
-            if name in ("pytest.ini", ".pytest.ini"):
-                return {}, path  # pytest.ini is the ini file even when empty
-    return {}, None
-
-
-def project_files(start: Path) -> ConfigFiles:
-    """The project's configuration files as the ``ktune`` command finds them from ``start``."""
-    ini, ini_path = pytest_ini(start)
-    table, table_path = ktune_table(start)
-    return ConfigFiles(ini=ini, ini_path=ini_path, table=table, table_path=table_path)
+def project_files(start: Path, located: Located | None = None) -> ConfigFiles:
+    """The project's configuration files as the ``ktune`` command finds them: pytest's ini file of
+    the project ``located`` (``core.project``; by default the one whose rootdir is ``start``), and
+    the nearest ``[tool.ktune]`` at or above its rootdir."""
+    found = located or locate([], start, rootdir=start)
+    table, table_path = ktune_table(found.rootdir)
+    return ConfigFiles(ini=found.ini, ini_path=found.inifile, table=table, table_path=table_path)

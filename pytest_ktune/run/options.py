@@ -18,6 +18,7 @@ from pytest_ktune.run.config import OptionError, Resolved
 from pytest_ktune.run.extensions import HookRelay, resolve
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.tuner.settings import TuneSettings
+from pytest_ktune.writeback.deliver import builtin_write_back, preflight
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,12 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
             raise OptionError(f"--ktune-agent: {exc.message}", hint=exc.hint) from None
     extensions = resolve(hook, backend=opts.backend, sampler=opts.sampler if tuning else None,
                          write=opts.write if tuning else None)
+    # Re-recorded baselines go through the git modes too (run.session._deliver_baselines).
+    if (tuning and extensions.write_back is builtin_write_back(opts.write)) or opts.update_baseline:
+        try:
+            preflight(opts.write, opts.root)  # a write-back that could not deliver fails now, not after the tune
+        except KtuneError as exc:
+            raise OptionError(exc.message, hint=exc.hint) from None
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return Settings(
         root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root,

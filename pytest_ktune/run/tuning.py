@@ -21,6 +21,7 @@ from typing import TextIO
 
 from pytest_ktune import backends
 from pytest_ktune.agent import AgentResult, AgentSettings, Bench, run_stage
+from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.names import DEFAULT_WRITE
 from pytest_ktune.core.store import Record, target_id
 from pytest_ktune.core.target import Target
@@ -69,6 +70,7 @@ class Tuning:
         self.write_back = ext.write_back or builtin_write_back(write_mode)
         self.outcomes: list[TuneOutcome] = []
         self.agents: dict[str, AgentResult] = {}  # target id -> the agent stage's result
+        self.undelivered: str | None = None  # why the write-back could not deliver what was asked
 
     def target_id(self, target: Target) -> str:
         return target_id(target, self.ctx.root)
@@ -88,7 +90,7 @@ class Tuning:
 
     def finish(self, copy_bandwidth: Callable[[], float | None] | None = None) -> str | None:
         """Hand the tunes' outcomes to the write-back mode; one line for the terminal (None: nothing
-        was tuned)."""
+        was tuned). A mode that cannot deliver leaves its reason in ``undelivered``: the run fails."""
         if not self.outcomes:
             return None
         assert self.write_back is not None
@@ -97,4 +99,8 @@ class Tuning:
         request = WriteRequest(mode=self.write_mode, root=self.ctx.root, params_path=self.ctx.params_path,
                                outcomes=tuple(self.outcomes), device=self.outcomes[0].device,
                                command=self.command, copy_bandwidth=measure)
-        return self.write_back(request)
+        try:
+            return self.write_back(request)
+        except KtuneError as exc:
+            self.undelivered = exc.render()
+            return f"tuned winners NOT written (--ktune-write={self.write_mode}): {self.undelivered}"

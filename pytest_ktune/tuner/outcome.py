@@ -32,7 +32,7 @@ class TuneOutcome:
     key: Mapping[str, Any]
     device: str
     study: str
-    timed: int
+    timed: int  # trials this run timed (a resumed study's earlier trials are ``earlier``)
     infeasible: int
     failed: int
     default_us: float | None
@@ -52,6 +52,20 @@ class TuneOutcome:
     summary: StudySummary | None = None
     trials: tuple[TrialRow, ...] = ()
     importances: Mapping[str, float] | None = None
+    earlier: int = 0  # timed trials the study held before this run (it was resumed)
+    asked: int = 0  # the budget asked for (``--ktune-trials``), which counts the study's trials
+
+    def resumed_text(self) -> str:
+        """What a resumed study held already: ``, and 2 in earlier runs of the study (6 asked in all)``."""
+        return f", and {self.earlier} in earlier runs of the study ({self.asked} asked in all)" if self.earlier else ""
+
+    def trials_text(self) -> str:
+        """How many trials were timed, as asked: this run's, and a resumed study's earlier ones."""
+        return f"{self.timed} timed trials{self.resumed_text()}"
+
+    def trials_cell(self) -> str:
+        """The same in a table's cell: ``4``, or ``0 (+8 earlier)`` for a resumed study."""
+        return f"{self.timed}" + (f" (+{self.earlier} earlier)" if self.earlier else "")
 
 
 @dataclass(frozen=True)

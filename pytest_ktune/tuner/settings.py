@@ -35,7 +35,7 @@ class TuneSettings:
         (the built-in ones, and a plugin's)."""
         if self.trials < 1:
             raise KtuneError(f"a budget of {self.trials} trials tunes nothing",
-                             hint="give --ktune-trials (or --trials) 1 or more")
+                             hint="give --ktune-trials 1 or more")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise KtuneError(f"a time budget of {self.timeout_s:g} s tunes nothing",
                              hint="give a positive number of seconds, or none")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.keys import key_string
+from pytest_ktune.core.keys import key_label, key_string
 from pytest_ktune.core.redact import redact
 from pytest_ktune.core.store import now_utc
 from pytest_ktune.core.text import first_line as _first_line
@@ -86,5 +88,36 @@ def study_lock(scratch: Path, study: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
 def study_name(tid: str, device: str, key: Mapping[str, Any]) -> str:
+    """The name of the study of a target (its id), device and key, and of its report's files: short,
+    filesystem-safe and the same on every run: the target's name and the key, readable, then a hash
+    of the exact id, device and key that keeps apart the studies the readable part does not
+    (``rmsnorm-H4096-T1-float16-3f2a9c01d4``)."""
+    ordered = {str(k): key[k] for k in sorted(key, key=str)}
+    readable = _UNSAFE.sub("-", f"{tid.rpartition('::')[2]}-{key_label(ordered)}")
+    readable = re.sub(r"\.{2,}", ".", readable).strip("-._")[:48].rstrip("-._")
+    canonical = json.dumps([tid, device, ordered], sort_keys=True, default=str)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    return f"{readable}-{digest}" if readable else digest
+
+
+def legacy_study_name(tid: str, device: str, key: Mapping[str, Any]) -> str:
+    """The name studies had before 0.2 (``kernels/rmsnorm.py::rmsnorm|DEVICE|H=4096,T=1``): still
+    opened where a storage holds one (``resolve_study_name``), so that a tune resumes it."""
     return f"{tid}|{device}|{key_string(key)}"
+
+
+def resolve_study_name(storage: Any, tid: str, device: str, key: Mapping[str, Any]) -> str:
+    """The study's name in ``storage``: the one it already holds under the legacy name, else
+    ``study_name``."""
+    name = study_name(tid, device, key)
+    for candidate in (name, legacy_study_name(tid, device, key)):
+        try:
+            storage.get_study_id_from_name(candidate)
+        except KeyError:
+            continue
+        return candidate
+    return name

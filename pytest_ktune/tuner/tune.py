@@ -37,7 +37,7 @@ from pytest_ktune.tuner.progress import Progress
 from pytest_ktune.tuner.samplers import SamplerRequest, builtin_factory
 from pytest_ktune.tuner.samplers import unknown as unknown_sampler
 from pytest_ktune.tuner.settings import TuneContext
-from pytest_ktune.tuner.storage import open_storage, study_lock, study_name
+from pytest_ktune.tuner.storage import open_storage, resolve_study_name, study_lock
 from pytest_ktune.tuner.transfer import is_near, record_distance
 
 
@@ -123,7 +123,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     with (ctx.pool_factory or WorkerPool)(spec, trial_timeout_s=settings.trial_timeout_s) as pool:
         pool.ensure()
         device = pool.device
-        name = study_name(tid, device.id, key)
+        name = resolve_study_name(storage, tid, device.id, key)
         lock = study_lock(ctx.scratch, name) if settings.storage is None else contextlib.nullcontext()
         with lock:
             try:
@@ -167,6 +167,7 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
             if settings.sampler == "grid":
                 enqueue(study, enc, [("grid", p) for p in points])
             loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings, classes=cls)
+            earlier = loop.timed()  # a resumed study's: the budget counts them, this run's count does not
             label = f"{target.name} {key_label(key)}"
             total = min(settings.trials, len(points))
             with Progress(label, total, stream=ctx.progress) as bar:
@@ -225,7 +226,8 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
         storage=storage_name, default_params=dict(target.default), default_us=default_us,
         current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best_us,
         accepted=accepted, decision=decision, feasible_points=len(feasible), wall_s=wall)
-    return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=name, timed=loop.timed(),
+    return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=name,
+                       timed=loop.timed() - earlier, earlier=earlier, asked=settings.trials,
                        infeasible=loop.infeasible, failed=loop.failed, default_us=default_us,
                        current_params=current, current_us=cur_us, best_params=best_cfg, best_us=best_us,
                        accepted=accepted, decision=decision, report=None, wall_s=wall, written=written,

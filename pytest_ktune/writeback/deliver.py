@@ -3,10 +3,12 @@ patch, a commit, a pull request), and what a plugin's mode is given (``pytest_kt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_ktune.core import git
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import key_label
 from pytest_ktune.core.names import WRITE_MODES
@@ -36,7 +38,8 @@ class WriteRequest:
         return [o for o in self.outcomes if o.changes and o.record is not None]
 
 
-#: A write-back mode: does its work and returns one line for the terminal.
+#: A write-back mode: does its work and returns one line for the terminal; raises a KtuneError when
+#: what was asked cannot be delivered (the run then fails).
 WriteBack = Callable[[WriteRequest], str]
 
 
@@ -52,7 +55,7 @@ def change_body(outcomes: Sequence[TuneOutcome], *, device: str, copy_bandwidth:
         before = " ".join(f"{k}={v}" for k, v in o.current_params.items())
         after = " ".join(f"{k}={v}" for k, v in o.best_params.items())
         parts += [f"### {o.target} [{key_label(o.key)}]", "", f"`{before}` → `{after}` ({o.decision}; "
-                  f"{o.timed} trials, study `{o.study}`)", "",
+                  f"{o.trials_text()}, study `{o.study}`)", "",
                   "| case | before µs | after µs | ratio | GB/s before → after | % of copy bandwidth |",
                   "| --- | ---: | ---: | ---: | --- | --- |"]
         for c in o.changes:
@@ -84,20 +87,22 @@ def _file(req: WriteRequest) -> str:
 
 
 def change_of(req: WriteRequest) -> Change | str:
-    """The params file with the winners in it, as a Change; or why there is none to make."""
+    """The params file with the winners in it, as a Change; or why there is none to make. A
+    WritebackError when the params file cannot be read, or lies outside the project."""
     if not req.winners:
         return "nothing to write: no tuned configuration beat the parameters in use"
     try:
         store = Store.load(req.params_path)
     except KtuneError as exc:
-        return f"NOT written: {exc.render()}"
+        raise WritebackError(exc.message, where=exc.where, hint=exc.hint) from None
     for o in req.winners:
         assert o.record is not None
         store.records[o.record.ident] = o.record
     try:
         rel = req.params_path.resolve().relative_to(req.root.resolve()).as_posix()
     except ValueError:
-        return f"NOT written: the params file {req.params_path} is outside the project root {req.root}"
+        raise WritebackError(f"the params file {req.params_path} is outside the project root {req.root}",
+                             hint="give --ktune-params a path inside the project, or use --ktune-write=file") from None
     targets = tuple(sorted({o.target for o in req.winners}))
     return Change(
         files={rel: store.render()},
@@ -108,6 +113,8 @@ def change_of(req: WriteRequest) -> Change | str:
 
 
 def _git_mode(write: Callable[[Path, Change], str]) -> WriteBack:
+    """A mode that delivers the change through git; a WritebackError (raised) when it cannot."""
+
     def mode(req: WriteRequest) -> str:
         change = change_of(req)
         if isinstance(change, str):
@@ -116,8 +123,6 @@ def _git_mode(write: Callable[[Path, Change], str]) -> WriteBack:
             return write(req.root, change)
         except NothingToWrite as exc:
             return f"nothing to write: {exc.message}"
-        except WritebackError as exc:
-            return f"NOT written: {exc.render()}"
 
     return mode
 
@@ -160,6 +165,20 @@ def deliver_change(mode: str, root: Path, change: Change) -> str:
 def git_mode(mode: str) -> bool:
     """Whether ``mode`` delivers through git (a patch, a commit or a pull request)."""
     return mode in _GIT_MODES
+
+
+def preflight(mode: str, root: Path, env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything is tuned, a built-in mode that could not deliver: a git mode outside a
+    git repository, ``pr`` without a GitHub token. A WritebackError saying what to do."""
+    if mode not in _GIT_MODES:
+        return
+    if git.output(root, "rev-parse", "--show-toplevel") is None:
+        raise WritebackError(f"--ktune-write={mode} delivers through git, but {root} is not in a git repository",
+                             hint="run inside a clone of the repository, or use --ktune-write=file")
+    if mode == "pr" and not (os.environ if env is None else env).get("GITHUB_TOKEN"):
+        raise WritebackError("--ktune-write=pr opens a pull request with GITHUB_TOKEN, which is not set",
+                             hint="set GITHUB_TOKEN (in a workflow: `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}`), "
+                                  "or use --ktune-write=commit or patch")
 
 
 def builtin_write_back(mode: str) -> WriteBack | None:

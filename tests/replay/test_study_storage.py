@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from pytest_ktune.lab.replay import ReplayPool
 from pytest_ktune.measure.worker import WorkerSpec
 from pytest_ktune.tuner.encoding import ATTR, METRIC, POSITIONS, Encoding
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
-from pytest_ktune.tuner.storage import open_storage, study_name
+from pytest_ktune.tuner.storage import legacy_study_name, open_storage, study_name
 from pytest_ktune.tuner.tune import tune_key
 
 from ._data import RMSNORM, landscape, target
@@ -88,19 +89,36 @@ def dashboard_api(study: Any, storage: Any) -> dict[str, Any]:
     return data
 
 
-def test_a_study_of_the_earlier_encoding_still_loads_and_goes_on(tmp_path: Path) -> None:
+def test_a_study_of_the_earlier_encoding_and_name_still_loads_and_goes_on(tmp_path: Path) -> None:
     t, land = target("rmsnorm"), landscape(RMSNORM)
-    # As pytest-ktune 0.1 left it: numeric parameters as positions, no encoding attribute.
-    old = optuna.create_study(study_name=_name(tmp_path, t, land), storage=_storage(tmp_path))
+    # As pytest-ktune 0.1 left it: numeric parameters as positions, no encoding attribute, and the
+    # long name with "|" in it.
+    legacy = legacy_study_name(target_id(t, tmp_path), land.device_id, land.key)
+    assert "|" in legacy and legacy != _name(tmp_path, t, land)
+    old = optuna.create_study(study_name=legacy, storage=_storage(tmp_path))
     positions = Encoding(t, POSITIONS)
     trial = old.ask(positions.distributions)
     old.tell(trial, 1e6)  # slower than anything: the tune must go on past it
     out = _tune(tmp_path, t, land, trials=4)
-    study = _study(tmp_path, t, land)
+    assert out.study == legacy  # resumed under its old name, not started afresh under the new one
+    assert [s.study_name for s in optuna.get_all_study_summaries(_storage(tmp_path))] == [legacy]
+    study = optuna.load_study(study_name=legacy, storage=_storage(tmp_path))
     assert study.user_attrs[ATTR] == POSITIONS
     assert all(isinstance(d, optuna.distributions.IntDistribution)
                for tr in study.trials for name, d in tr.distributions.items() if name == "BLOCK")
-    assert out.timed >= 4 and out.best_params["BLOCK"] in t.space.params["BLOCK"]
+    # The budget counts the study's trial of the earlier run; this run's count does not.
+    assert out.earlier == 1 and out.timed == 3 and out.asked == 4
+    assert out.best_params["BLOCK"] in t.space.params["BLOCK"]
+
+
+def test_a_new_study_has_a_short_filesystem_safe_name(tmp_path: Path) -> None:
+    t, land = target("rmsnorm"), landscape(RMSNORM)
+    out = _tune(tmp_path, t, land, trials=2)
+    assert re.fullmatch(r"rmsnorm-[A-Za-z0-9._-]+-[0-9a-f]{10}", out.study) and len(out.study) <= 60
+    assert out.study == _name(tmp_path, t, land) and (out.earlier, out.timed) == (0, 2)
+    again = _tune(tmp_path, t, land, trials=2)  # resumed: nothing more to time for a budget of 2
+    assert (again.study, again.earlier, again.timed) == (out.study, 2, 0)
+    assert again.trials_cell() == "0 (+2 earlier)"
 
 
 def test_a_study_made_for_another_space_is_refused_with_the_next_step(tmp_path: Path) -> None:

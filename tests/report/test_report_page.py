@@ -159,3 +159,61 @@ def test_the_page_in_a_headless_chromium(project: Path, capsys: pytest.CaptureFi
     assert drawn == {"ready": "1", "series": 3, "points": 7, "history": 5, "bars": 1, "width": 720}
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert hidden is True
+
+
+def test_the_page_opens_on_what_changed_since_the_last_run(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = _write_page(project, capsys).read_text()
+    assert text.index('<section id="overview">') < text.index('<section class="target"')
+    overview = text.split('<section id="overview">', 1)[1].split("</section>", 1)[0]
+    assert '<h3 class="regression">Regressions: 0</h3>' in overview
+    assert '<h3 class="improvement">Improvements: 2</h3>' in overview and '<h3 class="drift">Drift: 0</h3>' in overview
+    # Both cases' baselines fell by a quarter at the last commit (8 to 6 µs, 32 to 24 µs); each row links its chart.
+    assert overview.count("-25.0%") == 2
+    for case in ("small", "big"):
+        link = re.search(rf'<a href="#(case-[0-9a-f]{{12}})">scale</a></td><td>{case}</td>', overview)
+        assert link is not None and f'<figure class="case" id="{link.group(1)}" data-case="{case}"' in text
+    assert "0 unchanged" in overview and "1 with a single timing so far" in overview  # the one benchmark run
+
+
+def test_the_overview_uses_the_projects_threshold(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (project / "pytest.ini").write_text("[pytest]\nktune_threshold = median:30%\n")
+    text = _write_page(project, capsys).read_text()
+    # The last step (-25 %) is within 30 %; since the first baseline (10 to 6 µs, 40 to 24 µs) it is not: drift.
+    assert '<h3 class="improvement">Improvements: 0</h3>' in text and '<h3 class="drift">Drift: 2</h3>' in text
+    assert "whose steps were each within 30%, but add up to more than 30% since the last larger one" in text
+    assert text.count("-40.0%") == 2
+
+
+def test_regressions_improvements_and_drift() -> None:
+    from pytest_ktune.report.history import Point
+    from pytest_ktune.report.overview import overview
+
+    def series(case: str, times: list[float]) -> list[Point]:
+        return [Point(target=TARGET, case=case, device=DEVICE, commit=f"c{i}", date=f"2026-01-0{i + 1}",
+                      time_us=t) for i, t in enumerate(times)]
+
+    points = (series("slower", [10.0, 10.0, 12.0]) + series("faster", [10.0, 9.9, 8.0])
+              + series("creep", [10.0, 10.3, 10.6, 10.9]) + series("flat", [10.0, 10.2, 10.1])
+              + series("tuned", [10.0, 5.0, 5.1, 5.2])
+              + series("once", [10.0])[:1])
+    ov = overview(points, [f"c{i}" for i in range(4)], 0.05)
+    assert [(c.case, round(c.ratio, 3)) for c in ov.regressions] == [("slower", 1.2)]
+    assert [(c.case, round(c.ratio, 3)) for c in ov.improvements] == [("faster", 0.808)]
+    # Each step of creep is within 5 % of the one before; all together it is 9 % slower than the first.
+    assert [(c.case, c.before.commit, c.latest.commit) for c in ov.drift] == [("creep", "c0", "c3")]
+    # tuned halved at c1 (a change that was seen), and is within 5 % of that since: unchanged, not drift.
+    assert (ov.unchanged, ov.single) == (2, 1)
+
+
+def test_baselines_not_committed_yet_are_the_last_run(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # As `pytest --ktune --ktune-update-baseline` leaves it: a new baseline in the working tree, 20 % slower.
+    Store(project / "ktune-params.json").save([Record(target=TARGET, device=DEVICE, key={"N": 4096},
+                                                      params={"BLOCK": 64},
+                                                      baseline=_baseline({"small": 7.2, "big": 24.0}))])
+    assert main(["report", "--root", str(project)]) == 0
+    assert "(1 targets, 8 timings, 1 studies)" in capsys.readouterr().out
+    text = (project / ".ktune" / "report.html").read_text()
+    overview = text.split('<section id="overview">', 1)[1].split("</section>", 1)[0]
+    assert '<h3 class="regression">Regressions: 1</h3>' in overview and "+20.0%" in overview
+    assert '6.00 <span class="muted">' in overview and '7.20 <span class="muted">worktree</span>' in overview
+    assert "1 unchanged" in overview  # big: 24 µs, as committed

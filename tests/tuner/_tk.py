@@ -127,7 +127,8 @@ def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
 
 
 SUMMARY = re.compile(r"^(?P<target>\S+) (?P<key>\S+): best (?P<us>[\d.]+) µs (?P<params>\{.*?\}) after "
-                     r"(?P<timed>\d+) timed trials \((?P<infeasible>\d+) infeasible, (?P<failed>\d+) failed\); "
+                     r"(?P<timed>\d+) timed trials \((?P<infeasible>\d+) infeasible, (?P<failed>\d+) failed\)"
+                     r"(?:, and (?P<earlier>\d+) in earlier runs of the study \((?P<asked>\d+) asked in all\))?; "
                      r"(?P<decision>.*); (?P<written>params file updated|params file unchanged|"
                      r"not written \(--no-write\)); report: (?P<report>.+)$", re.MULTILINE)
 

@@ -21,6 +21,7 @@ def test_tune_selects_keys_by_their_dimensions(project: Project, cli: Cli) -> No
     wrong = cli.run("tune", "scale", "--key", "N=5", "--no-write")
     assert wrong.returncode == 2
     assert wrong.stderr.splitlines() == [
+        "ktune: project . (--root, ini file tox.ini); params ktune-params.json (new)",
         f"error: target scale ({project.path.resolve() / 'kernels.py'}): no case on opencl has a key of N=5",
         "next step: the keys on opencl: scale: N=4096; N=8192"]
     assert wrong.stdout == ""

@@ -28,7 +28,7 @@ def check_written(record: dict[str, Any], sampler: str, trials: int) -> None:
     assert record["tuned"]["sampler"] == sampler
     assert record["tuned"]["trials"] == trials
     assert record["tuned"]["result"].endswith("faster than the current parameters in same-run A/B")
-    assert record["tuned"]["study"].startswith("kernels.py::scale|")
+    assert record["tuned"]["study"].startswith("scale-N4096-")
     baseline = record["baseline"]
     assert baseline["params"] == record["params"]
     assert baseline["source_path"] == "scale.cl" and baseline["commit"] is None

@@ -220,8 +220,8 @@ def test_redact_hides_the_password_only(url: str, shown: str) -> None:
 
 
 @pytest.mark.parametrize(("changes", "message", "hint"), [
-    ({"trials": 0}, "a budget of 0 trials tunes nothing", "give --ktune-trials (or --trials) 1 or more"),
-    ({"trials": -1}, "a budget of -1 trials tunes nothing", "give --ktune-trials (or --trials) 1 or more"),
+    ({"trials": 0}, "a budget of 0 trials tunes nothing", "give --ktune-trials 1 or more"),
+    ({"trials": -1}, "a budget of -1 trials tunes nothing", "give --ktune-trials 1 or more"),
     ({"timeout_s": 0.0}, "a time budget of 0 s tunes nothing", "give a positive number of seconds, or none"),
     ({"timeout_s": -2.5}, "a time budget of -2.5 s tunes nothing", "give a positive number of seconds, or none"),
     ({"sampler": "anneal"}, "unknown sampler 'anneal'", "use one of bo, tpe, random, grid, cmaes, gp"),

@@ -155,3 +155,15 @@ def test_every_record_of_the_example_project_is_what_the_header_looks_up(tmp_pat
     build = subprocess.run([gxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only",
                             "all.cpp"], cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stderr[-4000:]
+
+
+def test_the_header_says_it_needs_cpp17_and_an_older_standard_is_told_so(tmp_path: Path) -> None:
+    gxx = _gxx()
+    root = _project(tmp_path, RECORDS)
+    assert _export(root, "--out", str(root / "k.h")) == 0
+    assert "// Needs C++17 or later" in (root / "k.h").read_text()
+    (root / "main.cpp").write_text('#include "k.h"\nint main() { return 0; }\n')
+    build = subprocess.run([gxx, "-std=c++14", "-fsyntax-only", "main.cpp"], cwd=root, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert build.returncode != 0
+    assert "this header (written by ktune export) needs C++17 or later: build with -std=c++17" in build.stderr

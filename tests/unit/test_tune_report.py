@@ -244,13 +244,23 @@ def test_all_zero_importances_still_draw() -> None:
 
 
 # -- the slug --------------------------------------------------------------------
-def test_slug_is_readable_filesystem_safe_and_stable() -> None:
+def test_slug_is_short_readable_filesystem_safe_and_stable() -> None:
     slug = report_slug(TARGET, DEVICE, KEY)
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", slug)
-    assert slug.startswith("kernels-rmsnorm.py-rmsnorm--NVIDIA-H200-cuda--H-4096-T-64-dtype-float16-")
+    # The target's name and the key; the file and the device are in the hash (and in the report).
+    assert slug == "rmsnorm-H4096-T64-float16-58e3a680a0"
     assert slug == report_slug(TARGET, DEVICE, dict(reversed(list(KEY.items()))))
     # Fixed across runs and interpreters: a hash of the content, not Python's salted hash().
     assert slug.endswith("-58e3a680a0")
+
+
+def test_a_report_of_the_old_long_name_is_replaced_not_shown_twice(tmp_path: Path) -> None:
+    old = "kernels-rmsnorm.py-rmsnorm--NVIDIA-H200-cuda--H-4096-T-64-dtype-float16-58e3a680a0"
+    for suffix in (".md", ".json", "-history.svg"):
+        (tmp_path / f"{old}{suffix}").write_text("left by an earlier version")
+    md = write_report(tmp_path, _summary(), _rows(), None)
+    assert md.name == "rmsnorm-H4096-T64-float16-58e3a680a0.md"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("kernels-")]
 
 
 @pytest.mark.parametrize(("target", "device", "key"), [
@@ -263,7 +273,7 @@ def test_slug_is_readable_filesystem_safe_and_stable() -> None:
 def test_slug_is_safe_for_any_input(target: str, device: str, key: dict[str, object]) -> None:
     slug = report_slug(target, device, key)
     assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", slug)
-    assert len(slug) <= 100
+    assert len(slug) <= 60
     assert ".." not in slug.split("-")
 
 
