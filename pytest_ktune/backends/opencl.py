@@ -34,7 +34,7 @@ from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
 INSTALL_HINT = "pip install 'pytest-ktune[opencl]' (pyopencl and, for a CPU, pocl-binary-distribution)"
-DRIVER_HINT = "an OpenCL driver is missing: pip install pocl-binary-distribution (the CPU), or a GPU vendor's runtime"
+DRIVER_HINT = "an OpenCL driver is what is missing: pip install pocl-binary-distribution (CPU), or a GPU's runtime"
 
 _COPY_SRC = """
 __kernel void ktune_copy(__global const float4* restrict src, __global float4* restrict dst, ulong n) {
