@@ -19,6 +19,19 @@ def us(value: float | None) -> str:
     return f"{value:.2f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+def rate(value: float | None) -> str:
+    """A rate (GB/s, GFLOP/s) as a table cell: three significant figures below 100 (``0.0312``,
+    ``3.12``, ``31.2``), whole numbers from 100 up (no thousands separator), so a tiny rate never
+    reads as zero; '-' for none."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value) or value == 0:
+        return str(value) if not math.isfinite(value) else "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{digits}f}"
+    return text if abs(float(text)) < 100 else f"{value:.0f}"
+
+
 def seconds(value: float) -> str:
     """A time in seconds in a sentence, with its unit: ``2.81 µs`` below a millisecond, else ``1.234 ms``."""
     return f"{value * 1e6:.2f} µs" if value < 1e-3 else f"{value * 1e3:.3f} ms"

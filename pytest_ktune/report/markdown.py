@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from pytest_ktune.core.keys import key_label
-from pytest_ktune.core.text import one_line
+from pytest_ktune.core.text import one_line, rate
 from pytest_ktune.core.text import params as params_text
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.results import RunResults
@@ -41,7 +41,7 @@ def build(run: RunResults) -> str:
             ratio = r.time_us / r.baseline_us if r.time_us is not None and r.baseline_us else None
             mark = "**" if r.verdict == REGRESSION else ""
             cells = [_cell(r.target), _cell(r.case), _us(r.time_us), _us(r.baseline_us),
-                     f"{ratio:.3f}" if ratio is not None else "-", f"{r.gbps:.1f}" if r.gbps is not None else "-",
+                     f"{ratio:.3f}" if ratio is not None else "-", rate(r.gbps),
                      f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
                      f"{mark}{_cell(r.verdict)}{mark}"]
             out.append("| " + " | ".join(cells) + " |")

@@ -21,6 +21,7 @@ from pathlib import Path
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import key_label
 from pytest_ktune.core.text import params as params_text
+from pytest_ktune.core.text import rate
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.history import BENCHMARK, Point, StudyPlots, ordered_commits
 from pytest_ktune.report.overview import DEFAULT_THRESHOLD, anchor, overview, section
@@ -128,7 +129,7 @@ def _latest_table(points: Sequence[Point], commits: Sequence[str]) -> str:
     rows = []
     for (device, source), p in sorted(latest.items()):
         cells = [_e(device), _e(source), _e(p.commit[:12] or "?"), _us(p.time_us),
-                 "-" if p.gbps is None else f"{p.gbps:.1f}", _pct(p.copy_fraction),
+                 rate(p.gbps), _pct(p.copy_fraction),
                  *([_pct(p.peak_fraction)] if peak else [])]
         rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i >= 3 else f"<td>{c}</td>"
                                      for i, c in enumerate(cells)) + "</tr>")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_ktune.core.keys import key_label
+from pytest_ktune.core.text import rate as _rate
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.gate.verdict import DRIFT, NO_BASELINE, PerfResult
 from pytest_ktune.report.results import RunResults
@@ -96,7 +97,7 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
     rows = [[_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH),
              *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
              _us(r.baseline_us), f"{r.ratio:.3f}" if r.ratio is not None else "-",
-             f"{r.gbps:.1f}" if r.gbps is not None else "-",
+             _rate(r.gbps),
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",
              r.verdict] for r in results]
     right = {i for i, h in enumerate(header) if h in ("time µs", "baseline", "ratio", "GB/s", "% copy BW")}
@@ -116,7 +117,7 @@ def rate_table(results: Sequence[PerfResult]) -> list[str]:
         if r.rate is None:
             continue
         peak = f"{100 * r.rate.peak_fraction:.0f}%" if r.rate.peak_fraction is not None else "-"
-        rows.append([_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH), f"{r.rate.gflops:.1f}", peak,
+        rows.append([_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH), _rate(r.rate.gflops), peak,
                      r.rate.bound or "-"])
     return _table(RATE_HEADER, rows, {2, 3}) if rows else []
 

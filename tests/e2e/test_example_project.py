@@ -96,7 +96,7 @@ def test_the_example_project_passes_on_opencl(tmp_path: Path) -> None:
     assert re.search(r"^on opencl / \S", out, flags=re.MULTILINE), out  # the device, once above the table
     for row in rows.values():
         assert float(row[2].replace(",", "")) > 0
-        # Every example target declares bytes_moved; a MoE router's few hundred bytes show as 0.0 GB/s.
+        # Every example target declares bytes_moved; a MoE router's few hundred bytes: a small GB/s.
         assert row[5] != "-" and float(row[5]) >= 0 and row[6].endswith("%")
         if row[0] in ("rmsnorm", "silu_and_mul"):
             assert float(row[5]) > 0
