@@ -7,6 +7,7 @@ import json
 import math
 import platform
 import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -134,3 +135,19 @@ def shown_path(path: Path) -> str:
         return path.resolve().relative_to(ROOT).as_posix()
     except ValueError:
         return str(path)
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS``'s output; raises where git fails."""
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def commit_project(repo: Path, message: str) -> None:
+    """``repo`` made a git repository of its own with everything in it committed as ``message``
+    (``.ktune/`` and caches ignored), so the gate has a history to read."""
+    (repo / ".gitignore").write_text(".ktune/\n__pycache__/\n")
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "bench@example.com")
+    git(repo, "config", "user.name", "bench")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)

@@ -61,10 +61,6 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
-
-
 def project() -> Path:
     """The committed project, its baselines recorded here and then handed to another machine's identity."""
     root = Path(tempfile.mkdtemp(prefix="ktune-gross-")) / "proj"
@@ -72,12 +68,7 @@ def project() -> Path:
     (root / "busy.cl").write_text(SOURCE.replace("LOOP", str(LOOP)))
     (root / "kernels.py").write_text(KERNELS)
     (root / "tox.ini").write_text("[pytest]\n")
-    (root / ".gitignore").write_text(".ktune/\n__pycache__/\n")
-    _git(root, "init", "-q")
-    _git(root, "config", "user.email", "bench@example.com")
-    _git(root, "config", "user.name", "bench")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "kernel")
+    common.commit_project(root, "kernel")
     done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ktune", "--ktune-update-baseline", "-q"],
                 root)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -87,8 +78,8 @@ def project() -> Path:
         machines = rec["baseline"]["machines"]
         rec["baseline"]["machines"] = {f"{m} | another runner": t for m, t in machines.items()}
     params.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "baselines of another machine")
+    common.git(root, "add", "-A")
+    common.git(root, "commit", "-qm", "baselines of another machine")
     return root
 
 

@@ -47,21 +47,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
 def committed_copy(project: Path) -> Path:
     """The project copied into a fresh git repository, committed as it is."""
     work = Path(tempfile.mkdtemp(prefix="ktune-gate-trust-"))
     copy = work / project.name
     shutil.copytree(project, copy, ignore=shutil.ignore_patterns(".ktune", "__pycache__"))
-    (copy / ".gitignore").write_text(".ktune/\n__pycache__/\n")
-    _git(copy, "init", "-q")
-    _git(copy, "config", "user.email", "bench@example.com")
-    _git(copy, "config", "user.name", "bench")
-    _git(copy, "add", "-A")
-    _git(copy, "commit", "-qm", "base")
+    common.commit_project(copy, "base")
     return copy
 
 
@@ -88,7 +79,7 @@ def slow_records(copy: Path, landscapes: list[Path], low: float, high: float) ->
                         "cases": [c.case_id for c in land.points[0].cases]})
         rec["params"] = json.loads(chosen)
     params_file.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    _git(copy, "commit", "-qam", "slowed")
+    common.git(copy, "commit", "-qam", "slowed")
     return changed
 
 

@@ -6,19 +6,9 @@
 # Each step has a time limit (seconds, after its name); what a stopped step wrote stays in $OUT.
 # Usage: STEPS="tests baseline" OUT=DIR bash benchmarks/h200_gate_trust.sh   (the wheels in .whl/)
 set -uo pipefail
-OUT=${OUT:-benchmarks/results/raw}
 RUNS=${RUNS:-10}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
-header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
-step() {  # NAME SECONDS COMMAND...: the command's output to $OUT/NAME.txt, stopped after SECONDS
-    local name=$1 limit=$2; shift 2
-    { header "$@"; timeout -s INT "$limit" "$@"; echo "# exit status $?"; } > "$OUT/$name.txt" 2>&1
-    tail -n 3 "$OUT/$name.txt"
-}
+# shellcheck source=benchmarks/_device.sh
+source benchmarks/_device.sh
 L=benchmarks/results/landscapes
 LANDS=(--landscape $L/fused_add_rmsnorm-T16384-H4096-float16-NVIDIA_H200.json.gz
        --landscape $L/gelu_tanh_and_mul-T4-I8192-float16-NVIDIA_H200.json.gz

@@ -5,18 +5,9 @@
 # (seconds, after the name) so that the call fits the device's; what a stopped step wrote stays in $OUT.
 # Usage: OUT=DIR bash benchmarks/h200_merged.sh   (the wheels in .whl/, as for h200_evidence.sh)
 set -uo pipefail
-OUT=${OUT:-benchmarks/results/raw}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "wheel install failed"; exit 1; }
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt"
-header() { echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"; echo "# command: $*"; }
-step() {  # NAME SECONDS COMMAND...: the command's output to $OUT/NAME.txt, stopped after SECONDS
-    local name=$1 limit=$2; shift 2
-    { header "$@"; timeout -s INT "$limit" "$@"; echo "# exit status $?"; } > "$OUT/$name.txt" 2>&1
-    tail -n 4 "$OUT/$name.txt"
-}
+TAIL=4
+# shellcheck source=benchmarks/_device.sh
+source benchmarks/_device.sh
 if [ "${STEPS:-all}" = all ]; then
     step production_call 75 python3 benchmarks/production_call.py --calls 2000 --repeats 5 --out "$OUT"
     step tests_gpu 120 python3 -m pytest -p no:cacheprovider tests -m gpu -q -rs

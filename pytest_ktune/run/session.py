@@ -62,6 +62,7 @@ class Session:
         self.outcomes: dict[str, ItemOutcome] = {}  # by node id, in the order the items ran
         self.updates: dict[tuple[str, str, str], Record] = {}
         self._tuned: set[tuple[str, str, str]] = set()
+        self._recorded_on: dict[str, bool] = {}  # by machine identity: the params file holds its baselines
         self._device: DeviceInfo | None = None
         self._backend_error: BackendUnavailable | None = None
         self.tuning: Tuning | None = None  # made with the device, by the first tune item
@@ -221,11 +222,12 @@ class Session:
         return result
 
     def _machine_recorded(self, device: DeviceInfo) -> bool:
-        """Whether the params file holds any baseline timing measured on this machine."""
-        if self.store is None:
-            return False
-        return any(r.baseline is not None and r.baseline.timings_on(device.machine)
-                   for r in self.store.records.values())
+        """Whether the params file holds any baseline timing measured on this machine (read once per
+        machine and run: the params file the gate reads does not change during it)."""
+        if device.machine not in self._recorded_on:
+            self._recorded_on[device.machine] = self.store is not None and any(
+                r.baseline is not None and r.baseline.timings_on(device.machine) for r in self.store.records.values())
+        return self._recorded_on[device.machine]
 
     def _queue_baseline(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
@@ -267,6 +269,7 @@ class Session:
             self._tuned.add((self.target_id(target), out.device, key_string(key)))
             try:
                 self.store = Store.load(self.settings.params_path)
+                self._recorded_on.clear()
             except StoreError as exc:
                 self.store, self.store_error = None, exc
         return out
