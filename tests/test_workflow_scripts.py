@@ -147,7 +147,8 @@ def _comment(tmp_path: Path, summary: str | None, **env: str) -> subprocess.Comp
     return _bash(_action_script("ktune-comment", "Post or update the comment"), tmp_path, {"gh": FAKE_GH}, given)
 
 
-TABLE = "### pytest-ktune: cuda on NVIDIA H200\n\n| target | case | verdict |\n| --- | --- | --- |\n| rmsnorm | T64 | **REGRESSION** |\n"
+TABLE = ("### pytest-ktune: cuda on NVIDIA H200\n\n| target | case | verdict |\n| --- | --- | --- |\n"
+         "| rmsnorm | T64 | **REGRESSION** |\n")
 
 
 def test_comment_posts_the_gates_table_once(tmp_path: Path) -> None:
@@ -199,5 +200,5 @@ def test_history_gathers_the_earlier_pushes_timings_and_passes_over_the_missing(
     assert calls[1:] == [f"gh run download {r} -R acme/kernels --pattern ktune-history-* --dir history/run-{r}"
                          for r in (11, 12, 13)]
     found = sorted(p.relative_to(tmp_path / "history").as_posix() for p in (tmp_path / "history").rglob("*.json"))
-    assert found == ["run-11/ktune-history-11/ktune-benchmark-11.json", "run-13/ktune-history-13/ktune-benchmark-13.json"]
+    assert found == [f"run-{r}/ktune-history-{r}/ktune-benchmark-{r}.json" for r in (11, 13)]
     assert "run 12: no timings kept" in out.stdout and "timings of 2 earlier push(es) of 3 gathered" in out.stdout
