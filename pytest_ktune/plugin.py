@@ -176,11 +176,15 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     s = session.settings
     origin = config.stash[CONFIG_KEY].origin("threshold")
     given = "" if origin in ("default", "command line") else f" (from {origin})"
+    params = s.params_path
+    if params.is_absolute() and params.is_relative_to(config.rootpath):
+        params = params.relative_to(config.rootpath)  # pytest names the rootdir a line below
     lines = [f"ktune: seed {s.seed} (rerun with --ktune-seed {s.seed}), threshold {s.threshold}{given}, "
-             f"params {s.params_path}"]
+             f"params {params}"]
     try:
-        d = session.device()
-        lines.append(f"ktune: backend {d.backend} on {d.name} ({d.arch}; {d.compiler})")
+        from pytest_ktune.report.terminal import device_header
+
+        lines.extend(device_header(session.device(), verbose=config.get_verbosity() > 0))
     except Skip as exc:
         lines.append(f"ktune: backend {session.backend_name} unavailable, items skipped: {exc}")
     if session.store_error is not None:

@@ -20,7 +20,8 @@ BY_FLAG = {o.flag: o for o in OPTIONS}
 # Variables the docs may name that are not options: read by the backends, the agent, or the workflows.
 OTHER_VARIABLES = {PARAMS_ENV, "KTUNE_MODEL", "KTUNE_COMPILER_OUTPUT", "KTUNE_OPENCL_DEVICE", "KTUNE_AGENT_COST",
                    "KTUNE_AGENT_TIMEOUT", "KTUNE_AGENT_TOKENS", "KTUNE_PRICE_PER_1K", "KTUNE_PR_TOKEN",
-                   "KTUNE_PROJECT", "KTUNE_GUARD_BYTES", "KTUNE_OCLGRIND_ICD", "KTUNE_COMPUTE_SANITIZER"}
+                   "KTUNE_PROJECT", "KTUNE_PLUGIN",
+                   "KTUNE_HISTORY_RUNS", "KTUNE_GUARD_BYTES", "KTUNE_OCLGRIND_ICD", "KTUNE_COMPUTE_SANITIZER"}
 
 
 def _table(text: str, header: str) -> list[list[str]]:

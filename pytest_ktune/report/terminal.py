@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from pytest_ktune.gate.verdict import DRIFT, NO_BASELINE, PerfResult
 from pytest_ktune.report.results import RunResults
 
 if TYPE_CHECKING:
+    from pytest_ktune.backends.base import DeviceInfo
     from pytest_ktune.tuner.outcome import TuneOutcome
 
 
@@ -78,6 +80,53 @@ def _wrap(text: str) -> list[str]:
 
 def _fit(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: width - 1] + "…"
+
+
+def _heads(field: str) -> list[tuple[str, bool]]:
+    """The ``;``-separated parts of a device's arch or compiler string, each cut to its head (the text
+    before build details, after the first ``:`` or ``,``), spaces squeezed; and whether it is whole."""
+    out = []
+    for part in field.split(";"):
+        text = " ".join(part.split())
+        head = re.split(r"[:,]\s", text, maxsplit=1)[0]
+        if head:
+            out.append((head, head == text))
+    return out
+
+
+MORE = "more with -v"
+
+
+def device_header(d: DeviceInfo, *, verbose: bool = False) -> list[str]:
+    """The header's device line: the backend, the device's name (without trademark signs) and the
+    heads of its arch and compiler strings, in at most ``WIDTH`` columns. Where not all of them fit,
+    the driver's part is kept first, then the compiler's, then the arch's (each where it was), and
+    "more with -v" stands for the rest. With ``verbose``: the whole strings and the machine's
+    identity (what tells its timings apart from another machine's), however long."""
+    if verbose:
+        return [f"ktune: backend {d.backend} on {d.name} ({d.arch}; {d.compiler})",
+                f"ktune: machine identity {d.machine}"]
+    name = " ".join(re.sub(r"\((R|TM)\)", "", d.name, flags=re.IGNORECASE).split())
+    head = _fit(f"ktune: backend {d.backend} on {name}", WIDTH)
+    arch, compiler = _heads(d.arch), _heads(d.compiler)
+    parts = list(dict.fromkeys(h for h, _ in arch + compiler))
+    shortened = not all(whole for _, whole in arch + compiler)
+    if not parts:
+        return [head]
+    of_compiler = {h for h, _ in compiler}
+    order = sorted(range(len(parts)),
+                   key=lambda i: (not parts[i].startswith("driver "), parts[i] not in of_compiler, i))
+
+    def line(kept: set[int]) -> str:
+        more = shortened or len(kept) < len(parts)
+        return head + " (" + "; ".join([*(parts[i] for i in sorted(kept)), *([MORE] if more else [])]) + ")"
+
+    kept: set[int] = set()
+    for i in order:
+        if len(line(kept | {i})) <= WIDTH:
+            kept.add(i)
+    out = line(kept)
+    return [out if len(out) <= WIDTH else head]
 
 
 def summary_table(results: Sequence[PerfResult]) -> list[str]:

@@ -87,9 +87,15 @@ def test_the_header_names_seed_backend_and_params_file(project: Project) -> None
     project.write()
     result = project.run("--collect-only", "--ktune-seed", "77")
     result.stdout.fnmatch_lines([
-        "ktune: seed 77 (rerun with --ktune-seed 77), threshold median:5%, params *ktune-params.json",
+        "ktune: seed 77 (rerun with --ktune-seed 77), threshold median:5%, params ktune-params.json",
         "ktune: backend opencl on *",
     ])
+    # The params file under the rootdir (named a line below) by its relative path; each line in 120 columns.
+    header = [ln for ln in result.stdout.lines if ln.startswith("ktune: ")]
+    assert all(len(ln) <= 120 for ln in header), header
+    assert not any(ln.startswith("ktune: machine identity") for ln in header)
+    verbose = project.run("--collect-only", "--ktune-seed", "77", "-v")
+    verbose.stdout.fnmatch_lines(["ktune: backend opencl on *", "ktune: machine identity * [[]opencl[]]*"])
 
 
 def test_a_skip_points_at_the_target_not_at_the_plugin(project: Project) -> None:

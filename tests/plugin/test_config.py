@@ -33,7 +33,7 @@ def test_the_tool_ktune_table_of_pyproject(project: Project, monkeypatch: pytest
     (project.path / "pyproject.toml").write_text('[tool.ktune]\nthreshold = "median:7%"\nparams = "conf/p.json"\n')
     header = _header(project.run("--co"))
     assert "threshold median:7% (from [tool.ktune] of " in header
-    assert f"params {project.path / 'conf' / 'p.json'}" in header
+    assert header.endswith(", params conf/p.json")  # relative to the rootdir, which pytest names below
     project.pytester.makeini("[pytest]\nktune_threshold = median:8%\n")  # pytest's ini key is read first
     assert "threshold median:8%" in _header(project.run("--co"))
 
