@@ -112,14 +112,14 @@ def _recorded(target: Any, key: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ktune.measure import fastpath
+    from pytest_ktune.call.kernel import ProductionKernel
 
     rms = ktune.torch_op(rmsnorm)
     silu = ktune.torch_op(silu_and_mul)
     x, w, _ = _inputs(1)
     _, _, g = _inputs(16)
     launched: list[tuple[str, dict[str, Any]]] = []
-    original = fastpath.ProductionKernel.launch
+    original = ProductionKernel.launch
 
     def spy(self: Any, grid: Any, block: Any, args: Any, *, name: str | None = None) -> None:
         launched.append((self.default_name, dict(self.params)))
@@ -130,7 +130,7 @@ def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op(mon
 
     compiled = torch.compile(block, fullgraph=True, dynamic=False)  # a graph break would raise here
     compiled(x, w, g)  # compiles
-    monkeypatch.setattr(fastpath.ProductionKernel, "launch", spy)
+    monkeypatch.setattr(ProductionKernel, "launch", spy)
     got = compiled(x, w, g)
     torch.cuda.synchronize()
     assert [n for n, _ in launched] == ["rmsnorm", "silu_and_mul"]

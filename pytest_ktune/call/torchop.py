@@ -5,7 +5,7 @@ signature and first case (tensors, ints, floats, bools and strings, with their d
 implementation that runs the target's own function with a handle whose ``empty`` makes fake tensors and
 whose ``launch`` does nothing: the output shapes and dtypes are the function's, with no second description
 to keep in step. Dynamo then sees one opaque op (no graph break); the compiled graph calls the real
-implementation, the production call of ``measure.fastpath``, on torch's current stream.
+implementation, the production call of ``call.plan``, on torch's current stream.
 
 An argument the kernel updates in place and returns (``return out, residual``) is declared mutated in the
 schema (torch ops may not return their inputs); the callable ``torch_op`` returns puts it back in its place,
@@ -18,12 +18,12 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_ktune.call.binding import Binder
+from pytest_ktune.call.plan import plan_for
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.binding import Binder
-from pytest_ktune.measure.fastpath import plan_for
 
 _P = inspect.Parameter
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -53,7 +53,7 @@ class FakeKernel:
         return self.params[name]
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
-        from pytest_ktune.measure.torchio import TorchArray, _pair
+        from pytest_ktune.call.torchio import TorchArray, _pair
 
         np_dt, torch_dt = _pair(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -106,7 +106,7 @@ class TorchOp:
         return self._outputs(plan_for(self.target)(args, kwargs))
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
-        from pytest_ktune.measure.torchio import unwrap
+        from pytest_ktune.call.torchio import unwrap
 
         bound = self._binder.bind(args, kwargs)
         return self._outputs(unwrap(_run_fake(self.target, bound)))
@@ -114,7 +114,7 @@ class TorchOp:
 
 def _run_fake(target: Target, bound: Mapping[str, Any]) -> Any:
     """The target's function on fake (or meta) tensors, with launches skipped: outputs of the right shapes."""
-    from pytest_ktune.measure.torchio import NUMPY_OF, TorchArray
+    from pytest_ktune.call.torchio import NUMPY_OF, TorchArray
 
     torch = _torch()
     device = None
@@ -135,7 +135,7 @@ def _first_case(target: Target) -> Case:
 def _layout(op: TorchOp, target: Target) -> tuple[list[Leaf], bool]:
     """Which leaves of the target's result are new tensors and which are its arguments, from a meta run of
     its first case."""
-    from pytest_ktune.measure.torchio import TORCH_OF, TorchArray
+    from pytest_ktune.call.torchio import TORCH_OF, TorchArray
 
     torch = _torch()
     case = _first_case(target)

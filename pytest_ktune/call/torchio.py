@@ -32,8 +32,8 @@ from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
 
 if TYPE_CHECKING:
-    from pytest_ktune.measure.route import Checks as CallPlan
-    from pytest_ktune.measure.route import Route
+    from pytest_ktune.call.route import Checks as CallPlan
+    from pytest_ktune.call.route import Route
 
 Tensor = torch.Tensor
 
@@ -105,6 +105,11 @@ class TorchArray:
         return f"TorchArray(shape={tuple(self.shape)}, dtype={self.dtype.name}, device={self.tensor.device})"
 
 
+def layout(t: Tensor) -> tuple[Any, ...]:
+    """What the dispatch cache reads of a tensor (``call.dispatch``): all that the route's checks look at."""
+    return (t.dtype, t.shape, t.device, t.is_contiguous())
+
+
 def unwrap(value: Any) -> Any:
     """``value`` with every ``TorchArray`` inside it (a tuple, list or dict of them) replaced by its tensor."""
     t = type(value)
@@ -139,6 +144,8 @@ def _view(plan: CallPlan, name: str, t: Any, contiguous: bool, allowed: frozense
 class TorchCudaRoute:
     """torch CUDA tensors on the CUDA backend: zero copy, torch's current stream, torch's allocator."""
 
+    native = False
+
     def __init__(self, backend: Backend, ordinal: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -167,6 +174,19 @@ class TorchCudaRoute:
                                     f"cuda:{current}")
         return seen
 
+    def view(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+        # The dispatch cache's signature holds every tensor's dtype, device and contiguity: what is left is
+        # torch's current device, which no argument carries.
+        current = torch.cuda.current_device()
+        if current != self.ordinal:
+            return self.prepare(plan, bound)  # which names the argument and the device
+        seen = dict(bound)
+        for name, _allowed, _contiguous in plan.arrays:
+            t = bound.get(name)
+            if t is not None:
+                seen[name] = TorchArray(t, NUMPY_OF[t.dtype])
+        return seen
+
     def empty(self, shape: Sequence[int], dtype: Any) -> TorchArray:
         pair = self._dtypes.get(dtype)
         if pair is None:
@@ -179,10 +199,13 @@ class TorchCudaRoute:
         if launch_on_stream is None:
             raise KtuneError(f"the {self.backend.name} backend cannot launch on torch's stream",
                              hint="pass CuPy arrays to this backend, or use the built-in cuda backend")
+        # Each tensor as its device pointer (numpy's uint64, which CuPy passes as it is); the CUDA backend's
+        # function takes a launch like its last checked one without checks or conversions.
+        pointers = tuple([_pointer(a) for a in args])
         if shared:
-            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal), shared=shared)
+            launch_on_stream(grid, block, pointers, self._stream(self.ordinal), shared=shared)
         else:
-            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal))
+            launch_on_stream(grid, block, pointers, self._stream(self.ordinal))
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
@@ -220,10 +243,13 @@ def _pair(spec: Any) -> tuple[np.dtype[Any], torch.dtype]:
 class TorchHostRoute:
     """torch CPU tensors on the OpenCL backend, by a copy in and a copy out (for machines without a GPU)."""
 
+    native = False
+
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.empty = backend.empty
         self.launch = _native_launch
+        self.view = self.prepare  # the copies are made on every call
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
