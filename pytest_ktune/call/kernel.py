@@ -27,6 +27,7 @@ class ProductionKernel(Kernel):
         self._route = route
         self._fn = program.function(default_name)
         self._launch = route.launch
+        self._native = route.native  # a native route launches as the function does: no call in between
         self.launches = 0
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
@@ -39,7 +40,10 @@ class ProductionKernel(Kernel):
                shared: int | Callable[[Mapping[str, Value]], int] = 0) -> None:
         fn = self._fn if name is None else self.program.function(name)
         if type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
-            self._launch(fn, (grid,), (block,), args)
+            if self._native:
+                fn.launch((grid,), (block,), args)
+            else:
+                self._launch(fn, (grid,), (block,), args)
         else:  # another rank, or dynamic shared memory: checked as the handle of checks does
             g, b, nbytes = self.launch_shape(grid, block, shared)
             if nbytes:
