@@ -153,6 +153,7 @@ class TorchCudaRoute:
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
         self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
+        self._current = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)  # no lazy-init check
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -177,8 +178,7 @@ class TorchCudaRoute:
     def view(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         # The dispatch cache's signature holds every tensor's dtype, device and contiguity: what is left is
         # torch's current device, which no argument carries.
-        current = torch.cuda.current_device()
-        if current != self.ordinal:
+        if self._current() != self.ordinal:
             return self.prepare(plan, bound)  # which names the argument and the device
         seen = dict(bound)
         for name, _allowed, _contiguous in plan.arrays:

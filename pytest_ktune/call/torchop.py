@@ -1,6 +1,6 @@
 """A target as a torch custom op: ``ktune.torch_op(target)``, for ``torch.compile(fullgraph=True)``.
 
-``torch.library.custom_op`` registers the target under ``ktune::<name>``, with a schema made from its
+``torch.library`` registers the target under ``ktune::<name>``, with a schema made from its
 signature and first case (tensors, ints, floats, bools and strings, with their defaults), and a fake
 implementation that runs the target's own function with a handle whose ``empty`` makes fake tensors and
 whose ``launch`` does nothing: the output shapes and dtypes are the function's, with no second description
@@ -9,7 +9,8 @@ implementation, the production call of ``call.plan``, on torch's current stream.
 
 An argument the kernel updates in place and returns (``return out, residual``) is declared mutated in the
 schema (torch ops may not return their inputs); the callable ``torch_op`` returns puts it back in its place,
-so it returns what the target returns.
+so it returns what the target returns. The op's eager implementation is the target's production call and
+nothing else: no wrapper of torch's per call, no schema read, no fake tensors (those run only while tracing).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ktune.call.binding import Binder
-from pytest_ktune.call.plan import plan_for
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
@@ -77,33 +77,40 @@ class TorchOp:
         self._layout, self._single = _layout(self, target)
         mutated = [str(v) for kind, v in self._layout if kind == "arg"]
         self.schema = _schema(target, _first_case(target), mutated, sum(k == "out" for k, _ in self._layout))
+        # Every leaf a fresh output: the op returns what the target returns, as it is.
+        self._fresh_only = all(kind == "out" for kind, _ in self._layout)
+        # torch.library.Library, not custom_op: custom_op wraps every eager call in Python (an autograd
+        # function, the version bump of mutated arguments, an aliasing check of the result, a dynamo guard),
+        # where this registers the implementation itself for every device; the fake implementation is only
+        # run by tracing.
         try:
-            op = torch.library.custom_op(self.qualname, self._impl, mutates_args=tuple(mutated),
-                                         schema=self.schema)
+            lib = torch.library.Library(namespace, "FRAGMENT")
+            lib.define(f"{name}{self.schema}")
+            lib.impl(name, self._impl, "CompositeExplicitAutograd")
+            torch.library.register_fake(self.qualname, self._fake, lib=lib)
         except (RuntimeError, ValueError) as exc:
             raise KtuneError(f"torch.library cannot register {self.qualname} ({self.schema}): {exc}",
                              where=target.where, hint="pass ktune.torch_op(target, name=...) another name") from None
-        op.register_fake(self._fake)
-        self.custom_op = op
+        self.library = lib  # the registration lasts as long as this object holds it
         self.op = getattr(getattr(torch.ops, namespace), name).default
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.op(*args, **kwargs)
+        if self._fresh_only:
+            return out
         fresh = (out,) if not isinstance(out, (tuple, list)) else tuple(out)
-        if self._single:
-            return fresh[0]
-        if all(kind == "out" for kind, _ in self._layout):
-            return tuple(fresh)
         bound = self._binder.bind(args, kwargs)
         return tuple(fresh[v] if kind == "out" else bound[v] for kind, v in self._layout)  # type: ignore[index]
 
     def _outputs(self, result: Any) -> Any:
+        if self._fresh_only:
+            return result
         leaves = (result,) if self._single else tuple(result)
         fresh = [leaf for (kind, _), leaf in zip(self._layout, leaves, strict=True) if kind == "out"]
         return fresh[0] if len(fresh) == 1 else tuple(fresh)
 
     def _impl(self, *args: Any, **kwargs: Any) -> Any:
-        return self._outputs(plan_for(self.target)(args, kwargs))
+        return self._outputs(self.target(*args, **kwargs))
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
         from pytest_ktune.call.torchio import unwrap
