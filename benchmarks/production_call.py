@@ -30,6 +30,7 @@ Usage: python3 benchmarks/production_call.py [--calls 2000] [--repeats 7] [--no-
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import statistics
 import sys
@@ -130,6 +131,16 @@ def _case(op: str, t: int, liger: tuple[Any, Any] | str, backend: Any) -> tuple[
     return target, bound, {c: methods[c] for c in COLUMNS if c in methods}
 
 
+def _Block(torch: Any, forward: Callable[..., Any]) -> Any:
+    """A module whose forward is ``forward``: what torch.compile compiles."""
+
+    class Block(torch.nn.Module):  # type: ignore[misc]
+        def forward(self, x: Any, w: Any, g: Any) -> Any:
+            return forward(x, w, g)
+
+    return Block()
+
+
 def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) -> dict[str, Any]:
     """The two-op module with ktune ops and with torch ops, compiled in each mode, timed side by side."""
     import torch
@@ -154,20 +165,19 @@ def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) ->
     want = with_torch(x, w, g)
     methods: dict[str, Callable[[], Any]] = {}
     for mode in MODES:
-        for label, fn in (("ktune", with_ktune), ("torch", with_torch)):
-            module = type(f"{label.title()}Block", (torch.nn.Module,), {"forward": lambda self, *a, fn=fn: fn(*a)})()
-            compiled = torch.compile(module, fullgraph=True, dynamic=False,
-                                     **({} if mode == "default" else {"mode": mode}))
+        for label, forward in (("ktune", with_ktune), ("torch", with_torch)):
+            compiled: Any = torch.compile(_Block(torch, forward), fullgraph=True, dynamic=False,
+                                          mode=None if mode == "default" else mode)
             for _ in range(5):  # compiles; reduce-overhead records its graphs on the first calls
                 got = compiled(x, w, g)
             for a, b in zip(got, want, strict=True):
                 err = float((a.float() - b.float()).abs().max() / b.float().abs().max())
                 if err > 1e-2:
                     raise SystemExit(f"compiled {label} ops, {mode}, T={t}: differs from torch eager by {err:.2e}")
-            methods[f"{label} ops, {mode}"] = lambda compiled=compiled: compiled(x, w, g)
-    for fn in methods.values():
+            methods[f"{label} ops, {mode}"] = functools.partial(compiled, x, w, g)
+    for method in methods.values():
         for _ in range(50):
-            fn()
+            method()
     samples = interleaved(methods, args.repeats, args.calls, sync)
     host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
     ratio = {m: host[f"ktune ops, {m}"] / host[f"torch ops, {m}"] for m in MODES}
