@@ -4,13 +4,13 @@ OpenCL), passed as they are; torch tensors go to ``call.torchio``, imported only
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
-from pytest_ktune.call.route import Checks, Route
+from pytest_ktune.backends.base import Backend
+from pytest_ktune.call.route import Checks, Route, launch
 
 
 class NativeRoute:
@@ -49,13 +49,7 @@ class NativeRoute:
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__
         return self.backend.empty(shape, dtype)
 
-    @staticmethod
-    def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-               shared: int = 0) -> None:
-        if shared:
-            cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
-        else:
-            fn.launch(grid, block, args)
+    launch = staticmethod(launch)
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
-from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
 
@@ -61,3 +61,12 @@ class Route(Protocol):
     def capturing(self) -> bool:
         """Whether launches are being captured into a CUDA graph now (then nothing is compiled)."""
         ...
+
+
+def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+           shared: int = 0) -> None:
+    """A launch on the backend's own queue or stream: what a route whose arrays the backend takes does."""
+    if shared:
+        cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
+    else:
+        fn.launch(grid, block, args)

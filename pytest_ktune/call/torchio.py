@@ -19,15 +19,16 @@ non-contiguous tensor where the kernel reads a dense one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
+from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.call.route import launch
+from pytest_ktune.core.case import Shaped
 from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
 
@@ -63,7 +64,7 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any] | None:
     return NUMPY_OF.get(dtype)
 
 
-class TorchArray:
+class TorchArray(Shaped):
     """A torch tensor as a target's function sees it: numpy's dtype, the tensor's shape; ``.tensor`` is it."""
 
     __slots__ = ("dtype", "shape", "tensor")
@@ -72,22 +73,6 @@ class TorchArray:
         self.tensor = tensor
         self.shape = tensor.shape
         self.dtype = dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def itemsize(self) -> int:
-        return int(self.dtype.itemsize)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * int(self.dtype.itemsize)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -248,7 +233,7 @@ class TorchHostRoute:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.empty = backend.empty
-        self.launch = _native_launch
+        self.launch = launch
         self.view = self.prepare  # the copies are made on every call
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
@@ -293,14 +278,6 @@ class TorchHostRoute:
     @staticmethod
     def capturing() -> bool:
         return False
-
-
-def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                   shared: int = 0) -> None:
-    if shared:
-        cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
-    else:
-        fn.launch(grid, block, args)
 
 
 _CUDA_ROUTES: dict[int, TorchCudaRoute] = {}

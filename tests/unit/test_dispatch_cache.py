@@ -5,8 +5,6 @@ more than the signature."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -75,18 +73,11 @@ def uncached(kernel, x, k=1):
 
 
 def _load(tmp_path: Path, name: str, device: str) -> ModuleType:
-    (tmp_path / "kernels.cl").write_text(KERNEL)
-    (tmp_path / f"{name}.py").write_text(MODULE)
     records = [{"target": f"{name}.py::{t}", "device": device, "key": {"N": n, "K": k},
                 "params": {"SCALE": s, "BLOCK": 32}}
                for t in ("scale", "impure", "uncached") for n, k, s in ((100, 1, 5), (100, 2, 3), (50, 1, 3))]
     _prod.write_params(tmp_path / "ktune-params.json", records)
-    spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _prod.load(tmp_path, name, MODULE, KERNEL)
 
 
 @pytest.fixture
