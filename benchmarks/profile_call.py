@@ -1,5 +1,6 @@
 """Where the host time of a production call goes: cProfile of ``--calls`` calls of the example's rmsnorm
-(T=16, H=4096, fp16) on CuPy arrays and on torch tensors, after a warm-up, the top functions by own time.
+(T=16, H=4096, fp16) on CuPy arrays and on torch tensors, after a warm-up: Python function calls per production
+call, and the top functions by own time.
 
 Usage: python3 benchmarks/profile_call.py [--calls 5000] [--out FILE]
 """
@@ -47,8 +48,11 @@ def main() -> int:
         prof.disable()
         cp.cuda.Device().synchronize()
         buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(30)
-        text += [f"\n## {label}: {args.calls} calls, top 30 by own time\n", buf.getvalue()]
+        stats = pstats.Stats(prof, stream=buf)
+        per_call = stats.total_calls / args.calls  # type: ignore[attr-defined]
+        stats.sort_stats("tottime").print_stats(30)
+        text += [f"\n## {label}: {args.calls} calls, {per_call:.1f} Python function calls per call; top 30 by own "
+                 "time\n", buf.getvalue()]
     out = "\n".join(text)
     print(out)
     if args.out is not None:

@@ -19,12 +19,12 @@ _EXPORTS = {
     "BackendUnavailable": "core.errors", "CompileError": "core.errors", "KtuneError": "core.errors",
     "LaunchError": "core.errors", "MismatchError": "core.errors", "ReferenceShapeError": "core.errors",
     "SpaceError": "core.errors", "StoreError": "core.errors", "KtuneWarning": "core.errors",
-    "reload": "measure.fastpath", "torch_op": "measure.torchop",
+    "reload": "call.plan", "torch_op": "call.torchop",
     "Kernel": "measure.runtime", "cdiv": "core.launch", "grid": "core.launch",
     "Space": "core.space", "BackendSpace": "core.variants", "Source": "core.sources",
     "assert_close": "core.compare",
-    "Case": "core.case", "Target": "measure.production:LaunchTarget", "Tensor": "core.case",
-    "Tolerance": "core.case", "bucket": "core.case", "target": "measure.production",
+    "Case": "core.case", "Target": "core.target", "Tensor": "core.case",
+    "Tolerance": "core.case", "bucket": "core.case", "target": "call",
     "array_api": "core.reference", "array_namespace": "core.reference",
 }
 
@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from pytest_ktune.call import target
+    from pytest_ktune.call.plan import reload
+    from pytest_ktune.call.torchop import torch_op
     from pytest_ktune.core.case import Case, Tensor, Tolerance, bucket
     from pytest_ktune.core.compare import assert_close
     from pytest_ktune.core.errors import (
@@ -53,12 +56,9 @@ if TYPE_CHECKING:
     from pytest_ktune.core.reference import array_api, array_namespace
     from pytest_ktune.core.sources import Source
     from pytest_ktune.core.space import Space
+    from pytest_ktune.core.target import Target
     from pytest_ktune.core.variants import BackendSpace
-    from pytest_ktune.measure.fastpath import reload
-    from pytest_ktune.measure.production import LaunchTarget as Target
-    from pytest_ktune.measure.production import target
     from pytest_ktune.measure.runtime import Kernel
-    from pytest_ktune.measure.torchop import torch_op
 
 
 def __getattr__(name: str) -> Any:

@@ -117,6 +117,8 @@ class _Function:
     _resources: Resources | None = None
     _limit: int = 0  # max threads per block, once resources() has been read
     _dynamic_allowed: int = 0  # dynamic shared memory opted in past 48 KiB, in bytes
+    _block: tuple[int, ...] = ()  # the last checked launch's block, and its arguments' types (None: convert)
+    _types: tuple[type, ...] | None = None
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -133,9 +135,28 @@ class _Function:
         # Constant memory is the module's own: a Constant among the arguments is not one of the kernel's.
         return tuple(scalar_arg(a) for a in args if not isinstance(a, Constant))
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
+    def _prepared(self, block: tuple[int, ...], args: Sequence[Any]) -> tuple[Any, ...] | None:
+        """The kernel's arguments where this launch is like the last checked one (the same block, arguments of
+        the same types, none to convert or leave out); None where it must be checked."""
+        if block == self._block and tuple(map(type, args)) == self._types:
+            return args if type(args) is tuple else tuple(args)
+        return None
+
+    def _checked(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+                 shared: int) -> tuple[Any, ...]:
         self._check_block(grid, block)
         kargs = self._kernel_args(args, shared)
+        if not shared:
+            # A launch whose arguments are all as the kernel takes them (arrays, numpy scalars) is taken the
+            # same way next time without these checks; Python scalars (converted) and constants are not.
+            plain = len(kargs) == len(args) and all(k is a for k, a in zip(kargs, args, strict=True))
+            self._block, self._types = block, (tuple(map(type, args)) if plain else None)
+        return kargs
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
+        kargs = None if shared else self._prepared(block, args)
+        if kargs is None:
+            kargs = self._checked(grid, block, args, shared)
         try:
             if shared:
                 self.kernel(grid, block, kargs, shared_mem=shared)
@@ -147,8 +168,9 @@ class _Function:
     def launch_on_stream(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                          stream: int, shared: int = 0) -> None:
         """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current)."""
-        self._check_block(grid, block)
-        kargs = self._kernel_args(args, shared)
+        kargs = None if shared else self._prepared(block, args)
+        if kargs is None:
+            kargs = self._checked(grid, block, args, shared)
         try:
             self.kernel(grid, block, kargs, stream=self.backend.external_stream(stream), shared_mem=shared)
         except Exception as exc:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import struct
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,16 +19,15 @@ from pytest_ktune.backends.base import (
     DeviceInfo,
     KernelFunction,
     Launch,
-    Resources,
     copy_buffer_bytes,
     flush_bytes,
     multiply_add_rate,
     poison_value,
-    scalar_arg,
     touched_bytes,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted, quiet_stderr
 from pytest_ktune.backends.identity import opencl_identity
+from pytest_ktune.backends.opencl_launch import Function
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 
@@ -96,75 +94,12 @@ def _pick_device(cl: Any) -> Any:
 
 
 @dataclass
-class _Function:
-    backend: OpenCLBackend
-    kernel: Any
-    name: str
-    filename: str
-    _resources: Resources | None = None
-    _scalars: list[Any] | None = None  # the argument types of the first launch: None for a buffer
-
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
-        self.enqueue(grid, block, args, shared=shared)
-
-    def enqueue(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                wait_for: Sequence[Any] | None = None, shared: int = 0) -> Any:
-        cl = self.backend.cl
-        threads = block[0] if len(block) == 1 else math.prod(block)
-        limit = (self._resources or self.resources()).max_threads_per_block
-        if threads > limit:
-            raise LimitError(f"kernel {self.name} launched with {threads} threads per block; "
-                              f"this device allows at most {limit} for it", where=self.filename,
-                              hint="use a smaller block, or constrain the block-size parameter")
-        gsize = (grid[0] * block[0],) if len(grid) == 1 else tuple(g * b for g, b in zip(grid, block, strict=True))
-        cargs = [_arg(cl, a) for a in args]
-        if shared:
-            static = self.resources().shared_bytes
-            if static + shared > self.backend.device.shared_limit:
-                raise LimitError(f"kernel {self.name} asks for {shared} bytes of local memory beside its {static}; "
-                                 f"this device allows {self.backend.device.shared_limit} per work-group",
-                                 where=self.filename, hint="constrain the parameters that size the local memory")
-            cargs.append(cl.LocalMemory(shared))  # dynamic shared memory: the kernel's last, __local, parameter
-        try:
-            if self._scalars is None or len(self._scalars) != len(cargs):
-                # pyopencl's invoker for known argument types packs them in generated code: a launch costs
-                # half of what set_args with untyped arguments does. The types are the first launch's.
-                self._scalars = [None if isinstance(a, (cl.MemoryObjectHolder, cl.LocalMemory)) or a is None
-                                 else np.asarray(a).dtype for a in cargs]
-                self.kernel.set_scalar_arg_dtypes(self._scalars)
-            return self.kernel(self.backend.queue, gsize, block, *cargs, wait_for=wait_for)
-        except (cl.Error, TypeError, ValueError, struct.error) as exc:
-            extra = " (with shared=, its last parameter must be a __local pointer)" if shared else ""
-            raise LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: {exc}",
-                              where=self.filename,
-                              hint=f"check the argument list against the kernel's signature{extra}") from None
-
-    def resources(self) -> Resources:
-        if self._resources is None:
-            info = self.backend.cl.kernel_work_group_info
-            dev = self.backend.cl_device
-            self._resources = Resources(
-                registers=0,
-                shared_bytes=int(self.kernel.get_work_group_info(info.LOCAL_MEM_SIZE, dev)),
-                local_bytes=int(self.kernel.get_work_group_info(info.PRIVATE_MEM_SIZE, dev)),
-                max_threads_per_block=int(self.kernel.get_work_group_info(info.WORK_GROUP_SIZE, dev)),
-            )
-        return self._resources
-
-
-def _arg(cl: Any, a: Any) -> Any:
-    if isinstance(a, Constant):
-        return a.buffer.data
-    return a.data if isinstance(a, cl.array.Array) else scalar_arg(a)
-
-
-@dataclass
 class _Program:
     backend: OpenCLBackend
     program: Any
     filename: str
     log: str = ""
-    _functions: dict[str, _Function] = field(default_factory=dict)
+    _functions: dict[str, Function] = field(default_factory=dict)
 
     def constant(self, name: str, array: Any) -> Constant:
         """``array`` (host or device) as a constant buffer, for a ``__constant`` pointer parameter."""
@@ -186,7 +121,7 @@ class _Program:
                 raise CompileError(f"no kernel named {name!r} in the compiled source (it has: {names})",
                                    where=self.filename,
                                    hint="pass kernel= to @ktune.target, or name= in kernel.launch") from None
-            self._functions[name] = _Function(self.backend, kernel, name, self.filename)
+            self._functions[name] = Function(self.backend, kernel, name, self.filename)
         return self._functions[name]
 
 
@@ -246,7 +181,7 @@ class _Timer:
             for launches in self.sets:
                 for launch in launches:
                     fn = launch.function
-                    assert isinstance(fn, _Function)
+                    assert isinstance(fn, Function)
                     ev = fn.enqueue(launch.grid, launch.block, launch.args,
                                     wait_for=[gate] if first is None else None, shared=launch.shared)
                     first = first or ev
@@ -283,6 +218,7 @@ class OpenCLBackend:
             self.queue = queue
             dev = queue.device
         self.cl_device = dev
+        self._layouts: dict[tuple[tuple[int, ...], np.dtype[Any]], tuple[int, tuple[int, ...]]] = {}  # for empty
         self.device = DeviceInfo(
             backend="opencl",
             name=f"{dev.name.strip()} ({dev.platform.name.strip()})",
@@ -359,6 +295,10 @@ class OpenCLBackend:
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
         dt = dtype if isinstance(dtype, np.dtype) else as_dtype(dtype)
         shp = shape if type(shape) is tuple else tuple(shape)
+        known = None if poison else self._layouts.get((shp, dt))
+        if known is not None:  # a shape and dtype checked before (production calls allocate the same ones)
+            return self.cl.array.Array(None, shp, dt, strides=known[1], _fast=True, _size=known[0],
+                                       _context=self.context, _queue=self.queue)
         if dt.kind == "V":
             _refuse_bfloat16(dt, shp)
         size = math.prod(shp)
@@ -378,8 +318,11 @@ class OpenCLBackend:
         try:
             # pyopencl's own constructor for an array like another (what `x * 2` allocates its result with):
             # the public one looks the queue's context up and checks the shape with numpy, 40 µs on PoCL.
-            return self.cl.array.Array(None, shp, dt, strides=strides, _fast=True, _size=size,
-                                       _context=self.context, _queue=self.queue)
+            out = self.cl.array.Array(None, shp, dt, strides=strides, _fast=True, _size=size,
+                                      _context=self.context, _queue=self.queue)
+            if len(self._layouts) < 4096:
+                self._layouts[(shp, dt)] = (size, strides)
+            return out
         except TypeError:  # a pyopencl without that constructor
             return self.cl.array.empty(self.queue, shp, dt)
 

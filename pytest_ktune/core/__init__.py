@@ -3,5 +3,5 @@ queries, discovery, errors, and the one helper of each kind (atomic writes, text
 redaction, launch arithmetic, the built-in names).
 
 May import: nothing else of the package (and never pytest). A production call needs only this
-layer, the backends and the measurement layer.
+layer, the backends, the measurement layer's kernel handle and the call layer.
 """

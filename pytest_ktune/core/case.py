@@ -21,8 +21,33 @@ def bucket(n: int) -> int:
     return int(1 << (int(n) - 1).bit_length())
 
 
+class Shaped:
+    """``ndim``, ``size``, ``itemsize`` and ``nbytes`` of anything with a ``shape`` and a numpy ``dtype``
+    (a case's ``Tensor``, a torch tensor as a production call's function sees it)."""
+
+    __slots__ = ()
+    shape: Any
+    dtype: Any
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return int(self.dtype.itemsize)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * int(self.dtype.itemsize)
+
+
 @dataclass(frozen=True)
-class Tensor:
+class Tensor(Shaped):
     """An input array of a case: shape, dtype and how to fill it.
 
     ``init`` is ``"normal"`` (the default), ``"uniform"`` (in [-1, 1)),
@@ -51,18 +76,6 @@ class Tensor:
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "dtype", as_dtype(self.dtype))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * int(np.dtype(self.dtype).itemsize)
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         dt = np.dtype(self.dtype)

@@ -1,7 +1,8 @@
 """A kernel template as declared: its sources, space, cases and reference (``declare``).
 
-The public ``@ktune.target`` (``measure.production.target``) declares a ``Target`` that also runs
-when called; this layer knows only the declaration.
+The public ``@ktune.target`` (``pytest_ktune.call.target``) declares a ``Target``; calling one runs its
+kernel in production. How a call runs is the ``pytest_ktune.call`` layer's: it installs its planner here
+(``install_planner``) when it is imported, so this layer knows only the declaration and the seam.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pytest_ktune.core.case import Case, Tolerance, ToleranceSpec
 from pytest_ktune.core.dtypes import is_bfloat16
@@ -75,6 +76,21 @@ class Target:
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _declared: Target | None = field(default=None, repr=False, compare=False)
     _views: dict[str, Target] = field(default_factory=dict, repr=False, compare=False)
+    # key_cache=False: run key and defines on every production call (see pytest_ktune.call.dispatch)
+    key_cache: bool = True
+    # The production call's plan (pytest_ktune.call.plan.CallPlan), made on the first call.
+    _plan: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the kernel in production: the parameters recorded for this device and key (the default where
+        none is), compiled once; see ``pytest_ktune.call``."""
+        plan = self._plan
+        if plan is None:
+            if not _PLANNER:
+                raise KtuneError("the production call is not loaded", where=self.where,
+                                 hint="declare targets with @ktune.target (import ktune)")
+            plan = _PLANNER[0](self)
+        return plan(args, kwargs)
 
     @property
     def where(self) -> str:
@@ -242,6 +258,13 @@ def _call_with(fn: Callable[..., Any], bound: Mapping[str, Any], where: str, wha
 
 
 _REGISTRY: dict[str, Target] = {}
+# The production call's planner: a target's plan, made and kept on it (installed by pytest_ktune.call).
+_PLANNER: list[Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]], Any]]] = []
+
+
+def install_planner(planner: Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]], Any]]) -> None:
+    """Make ``planner`` what plans a target's production calls (``pytest_ktune.call`` does, on import)."""
+    _PLANNER[:] = [planner]
 
 
 def registered() -> dict[str, Target]:
@@ -250,9 +273,6 @@ def registered() -> dict[str, Target]:
 
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-T = TypeVar("T", bound="Target")
 
 
 def _sources(sources: Mapping[str, str | Path | Source], file: Path, tname: str,
@@ -320,7 +340,6 @@ def _check_per_backend(per_backend: Mapping[str, BackendSpace], sources: Mapping
 
 
 def declare(
-    cls: type[T],
     *,
     sources: Mapping[str, str | Path | Source],
     space: Space,
@@ -341,8 +360,9 @@ def declare(
     check: Callable[[Any, Any], Any] | None = None,
     postprocess: Callable[..., Any] | None = None,
     per_backend: Mapping[str, BackendSpace] | None = None,
-) -> Callable[[Callable[..., Any]], T]:
-    """Mark a kernel launcher as a pytest-ktune target, made as a ``cls`` (``Target`` or a subclass).
+    key_cache: bool = True,
+) -> Callable[[Callable[..., Any]], Target]:
+    """Mark a kernel launcher as a pytest-ktune target.
 
     The decorated function takes a ``kernel`` handle first (``kernel.params``,
     ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
@@ -350,10 +370,12 @@ def declare(
     space's parameters (and ``defines``) reach the source as ``-D`` macros; ``per_backend`` says what
     a backend changes in the shared space and default. ``threshold`` (``"median:10%"``) replaces the
     run's regression threshold for this target's performance items. ``strided`` names the array
-    arguments the function takes with any strides.
+    arguments the function takes with any strides. ``key_cache=False`` runs ``key`` and ``defines`` on every
+    production call, for functions that read more than the arguments' shapes, dtypes, devices and the scalar
+    arguments they take (see ``pytest_ktune.call.dispatch``).
     """
 
-    def wrap(fn: Callable[..., Any]) -> T:
+    def wrap(fn: Callable[..., Any]) -> Target:
         file = Path(inspect.getfile(fn)).resolve()
         caller = inspect.currentframe()
         caller = caller.f_back if caller is not None else None  # where @ktune.target(...) is applied
@@ -390,14 +412,14 @@ def declare(
             raise KtuneError(f"strided={strided!r} names no list of the function's arguments", where=where,
                              hint=f"give the array arguments that may have any strides, e.g. strided=['x'] "
                                   f"(the function's arguments: {', '.join(call_sig.parameters)})")
-        t = cls(
+        t = Target(
             name=tname, fn=fn, sources=resolved, space=space, default=dict(default),
             key_fn=key, cases=tuple(cases), reference=reference, file=file,
             module=fn.__module__, kernel_name=kernel or fn.__name__, tolerance=tolerance,
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
             vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
             strided=tuple(strided), check_fn=check, postprocess_fn=postprocess, per_backend=dict(per_backend or {}),
-            texts=texts, _signature=call_sig,
+            texts=texts, _signature=call_sig, key_cache=bool(key_cache),
         )
         views = [t.for_backend(b) for b in resolved]  # a per-backend space that does not fit fails here
         for v in views:

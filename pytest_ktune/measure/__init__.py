@@ -1,5 +1,4 @@
-"""Running and measuring a target: the kernel handle, the compile cache, production calls (the fast path,
-torch tensors in and out, the torch custom op), verification against the reference, the timing method, and
-the isolated worker process.
+"""Running and measuring a target: the kernel handle, the compile cache, verification against the reference,
+the timing method, and the isolated worker process. (The production call is ``pytest_ktune.call``'s.)
 
 May import: core, backends."""

@@ -37,13 +37,13 @@ from pytest_ktune.backends.base import (
     has_device_comparison,
     poison_value,
 )
+from pytest_ktune.call import target
 from pytest_ktune.core.case import Case, Tensor, Tolerance, tolerance_for
 from pytest_ktune.core.compare import compare_one
 from pytest_ktune.core.errors import CompileError, LaunchError
 from pytest_ktune.core.launch import cdiv
 from pytest_ktune.core.space import Space
 from pytest_ktune.core.target import BACKENDS
-from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import Kernel, run
 from pytest_ktune.testing.memory import MemoryContract
 

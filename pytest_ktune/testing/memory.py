@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 
 from pytest_ktune.backends.base import Backend, KernelFunction, guarded_empty, peak_flops, poison_value
+from pytest_ktune.call import target
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import LimitError
 from pytest_ktune.core.launch import cdiv
 from pytest_ktune.core.space import Space
 from pytest_ktune.core.target import BACKENDS
-from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import Kernel, run
 
 _WEIGH: dict[str, str] = {

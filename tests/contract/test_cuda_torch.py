@@ -112,14 +112,14 @@ def _recorded(target: Any, key: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ktune.measure import fastpath
+    from pytest_ktune.call.kernel import ProductionKernel
 
     rms = ktune.torch_op(rmsnorm)
     silu = ktune.torch_op(silu_and_mul)
     x, w, _ = _inputs(1)
     _, _, g = _inputs(16)
     launched: list[tuple[str, dict[str, Any]]] = []
-    original = fastpath.ProductionKernel.launch
+    original = ProductionKernel.launch
 
     def spy(self: Any, grid: Any, block: Any, args: Any, *, name: str | None = None) -> None:
         launched.append((self.default_name, dict(self.params)))
@@ -130,7 +130,7 @@ def test_torch_compile_fullgraph_runs_the_tuned_kernel_through_the_custom_op(mon
 
     compiled = torch.compile(block, fullgraph=True, dynamic=False)  # a graph break would raise here
     compiled(x, w, g)  # compiles
-    monkeypatch.setattr(fastpath.ProductionKernel, "launch", spy)
+    monkeypatch.setattr(ProductionKernel, "launch", spy)
     got = compiled(x, w, g)
     torch.cuda.synchronize()
     assert [n for n, _ in launched] == ["rmsnorm", "silu_and_mul"]
@@ -157,3 +157,26 @@ def test_bad_cuda_tensors_are_refused_naming_the_target_and_the_argument() -> No
         with pytest.raises(KtuneError) as err:
             call()
         assert message in err.value.render() and "target rmsnorm" in err.value.render(), err.value.render()
+
+
+def test_after_a_cached_call_on_the_gpu_bad_arguments_are_still_refused_and_shapes_dispatch_again() -> None:
+    import cupy as cp
+
+    x, w, _ = _inputs(16)
+    for _ in range(3):  # the dispatch cache holds this signature now
+        _close(rmsnorm(x, w), _rms_ref(x, w))
+    x1, _, _ = _inputs(1, seed=1)
+    _close(rmsnorm(x1, w), _rms_ref(x1, w))  # another shape: another signature (and key)
+    with pytest.raises(KtuneError, match="argument x has dtype float64"):
+        rmsnorm(x.double(), w)
+    with pytest.raises(KtuneError, match="argument x is not contiguous"):
+        rmsnorm(torch.cat([x, x], dim=1)[:, ::2], w)
+    with pytest.raises(KtuneError, match="argument w is on cpu"):
+        rmsnorm(x, w.cpu())
+    xc, wc = cp.asarray(x), cp.asarray(w)
+    for _ in range(3):
+        _close(torch.as_tensor(rmsnorm(xc, wc), device="cuda"), _rms_ref(x, w))
+    with pytest.raises(KtuneError, match="argument x is not contiguous"):
+        rmsnorm(cp.concatenate([xc, xc], axis=1)[:, ::2], wc)
+    with pytest.raises(KtuneError, match=r"argument w is a torch"):
+        rmsnorm(xc, w)

@@ -69,11 +69,12 @@ def cuda_only(kernel, x):
 '''
 
 
-def load(tmp_path: Path, name: str) -> ModuleType:
-    """The module of targets above, as ``name``, in ``tmp_path`` (a project of its own)."""
-    (tmp_path / "kernels.cl").write_text(KERNELS_CL)
+def load(tmp_path: Path, name: str, text: str = MODULE, kernels_cl: str = KERNELS_CL) -> ModuleType:
+    """The module of targets above (or ``text``, its kernels in ``kernels_cl``), as ``name``, in
+    ``tmp_path`` (a project of its own)."""
+    (tmp_path / "kernels.cl").write_text(kernels_cl)
     (tmp_path / "kernels.cu").write_text("// not compiled here\n")
-    (tmp_path / f"{name}.py").write_text(MODULE)
+    (tmp_path / f"{name}.py").write_text(text)
     spec = importlib.util.spec_from_file_location(name, tmp_path / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pytest_ktune import backends
+from pytest_ktune.call import target
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import CompileError
 from pytest_ktune.core.space import Space
-from pytest_ktune.measure.production import target
 from pytest_ktune.measure.runtime import compile_target
 
 SOURCE = "__kernel void k(__global float* o) { o[get_global_id(0)] = (float)BLOCK; }\n"

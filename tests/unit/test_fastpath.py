@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 
 import ktune
+from pytest_ktune.call import plan
 from pytest_ktune.core import paramsfile, paths
 from pytest_ktune.core.errors import KtuneError, KtuneWarning
-from pytest_ktune.measure import fastpath, runtime
+from pytest_ktune.measure import runtime
 
 from . import _prod
 
@@ -60,12 +61,12 @@ def test_after_the_first_call_a_call_reads_no_file_and_builds_nothing(tmp_path: 
         return wrapped
 
     monkeypatch.setattr(inspect, "signature", counting("inspect.signature", inspect.signature))
-    monkeypatch.setattr(fastpath, "params_path", counting("params_path", paths.params_path))
+    monkeypatch.setattr(plan, "params_path", counting("params_path", paths.params_path))
     monkeypatch.setattr(hashlib, "sha256", counting("sha256", hashlib.sha256))
     monkeypatch.setattr(json, "loads", counting("json.loads", json.loads))
     monkeypatch.setattr(runtime.Kernel, "__init__", counting("Kernel()", runtime.Kernel.__init__))
     monkeypatch.setattr(paramsfile, "_stamp", counting("stat", paramsfile._stamp))
-    monkeypatch.setattr(fastpath, "compile_target", counting("compile", runtime.compile_target))
+    monkeypatch.setattr(plan, "compile_target", counting("compile", runtime.compile_target))
     outs = [module.scale(x) for _ in range(50)]
     assert counts == {}
     for out in outs:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune import Target
-from pytest_ktune.measure.production import KtuneWarning
+from pytest_ktune.call import KtuneWarning
 
 from . import _prod
 

@@ -19,21 +19,22 @@ non-contiguous tensor where the kernel reads a dense one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
+from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.call.route import launch
+from pytest_ktune.core.case import Shaped
 from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
 
 if TYPE_CHECKING:
-    from pytest_ktune.measure.route import Checks as CallPlan
-    from pytest_ktune.measure.route import Route
+    from pytest_ktune.call.route import Checks as CallPlan
+    from pytest_ktune.call.route import Route
 
 Tensor = torch.Tensor
 
@@ -63,7 +64,7 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any] | None:
     return NUMPY_OF.get(dtype)
 
 
-class TorchArray:
+class TorchArray(Shaped):
     """A torch tensor as a target's function sees it: numpy's dtype, the tensor's shape; ``.tensor`` is it."""
 
     __slots__ = ("dtype", "shape", "tensor")
@@ -72,22 +73,6 @@ class TorchArray:
         self.tensor = tensor
         self.shape = tensor.shape
         self.dtype = dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def itemsize(self) -> int:
-        return int(self.dtype.itemsize)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * int(self.dtype.itemsize)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -103,6 +88,11 @@ class TorchArray:
 
     def __repr__(self) -> str:
         return f"TorchArray(shape={tuple(self.shape)}, dtype={self.dtype.name}, device={self.tensor.device})"
+
+
+def layout(t: Tensor) -> tuple[Any, ...]:
+    """What the dispatch cache reads of a tensor (``call.dispatch``): all that the route's checks look at."""
+    return (t.dtype, t.shape, t.device, t.is_contiguous())
 
 
 def unwrap(value: Any) -> Any:
@@ -139,6 +129,8 @@ def _view(plan: CallPlan, name: str, t: Any, contiguous: bool, allowed: frozense
 class TorchCudaRoute:
     """torch CUDA tensors on the CUDA backend: zero copy, torch's current stream, torch's allocator."""
 
+    native = False
+
     def __init__(self, backend: Backend, ordinal: int) -> None:
         self.backend = backend
         self.ordinal = ordinal
@@ -146,6 +138,7 @@ class TorchCudaRoute:
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         self._stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
         self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
+        self._current = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)  # no lazy-init check
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -167,6 +160,18 @@ class TorchCudaRoute:
                                     f"cuda:{current}")
         return seen
 
+    def view(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+        # The dispatch cache's signature holds every tensor's dtype, device and contiguity: what is left is
+        # torch's current device, which no argument carries.
+        if self._current() != self.ordinal:
+            return self.prepare(plan, bound)  # which names the argument and the device
+        seen = dict(bound)
+        for name, _allowed, _contiguous in plan.arrays:
+            t = bound.get(name)
+            if t is not None:
+                seen[name] = TorchArray(t, NUMPY_OF[t.dtype])
+        return seen
+
     def empty(self, shape: Sequence[int], dtype: Any) -> TorchArray:
         pair = self._dtypes.get(dtype)
         if pair is None:
@@ -179,10 +184,13 @@ class TorchCudaRoute:
         if launch_on_stream is None:
             raise KtuneError(f"the {self.backend.name} backend cannot launch on torch's stream",
                              hint="pass CuPy arrays to this backend, or use the built-in cuda backend")
+        # Each tensor as its device pointer (numpy's uint64, which CuPy passes as it is); the CUDA backend's
+        # function takes a launch like its last checked one without checks or conversions.
+        pointers = tuple([_pointer(a) for a in args])
         if shared:
-            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal), shared=shared)
+            launch_on_stream(grid, block, pointers, self._stream(self.ordinal), shared=shared)
         else:
-            launch_on_stream(grid, block, [_pointer(a) for a in args], self._stream(self.ordinal))
+            launch_on_stream(grid, block, pointers, self._stream(self.ordinal))
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
@@ -220,10 +228,13 @@ def _pair(spec: Any) -> tuple[np.dtype[Any], torch.dtype]:
 class TorchHostRoute:
     """torch CPU tensors on the OpenCL backend, by a copy in and a copy out (for machines without a GPU)."""
 
+    native = False
+
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.empty = backend.empty
-        self.launch = _native_launch
+        self.launch = launch
+        self.view = self.prepare  # the copies are made on every call
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -267,14 +278,6 @@ class TorchHostRoute:
     @staticmethod
     def capturing() -> bool:
         return False
-
-
-def _native_launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                   shared: int = 0) -> None:
-    if shared:
-        cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
-    else:
-        fn.launch(grid, block, args)
 
 
 _CUDA_ROUTES: dict[int, TorchCudaRoute] = {}

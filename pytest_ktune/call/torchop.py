@@ -1,15 +1,16 @@
 """A target as a torch custom op: ``ktune.torch_op(target)``, for ``torch.compile(fullgraph=True)``.
 
-``torch.library.custom_op`` registers the target under ``ktune::<name>``, with a schema made from its
+``torch.library`` registers the target under ``ktune::<name>``, with a schema made from its
 signature and first case (tensors, ints, floats, bools and strings, with their defaults), and a fake
 implementation that runs the target's own function with a handle whose ``empty`` makes fake tensors and
 whose ``launch`` does nothing: the output shapes and dtypes are the function's, with no second description
 to keep in step. Dynamo then sees one opaque op (no graph break); the compiled graph calls the real
-implementation, the production call of ``measure.fastpath``, on torch's current stream.
+implementation, the production call of ``call.plan``, on torch's current stream.
 
 An argument the kernel updates in place and returns (``return out, residual``) is declared mutated in the
 schema (torch ops may not return their inputs); the callable ``torch_op`` returns puts it back in its place,
-so it returns what the target returns.
+so it returns what the target returns. The op's eager implementation is the target's production call and
+nothing else: no wrapper of torch's per call, no schema read, no fake tensors (those run only while tracing).
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_ktune.call.binding import Binder
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.binding import Binder
-from pytest_ktune.measure.fastpath import plan_for
 
 _P = inspect.Parameter
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -53,7 +53,7 @@ class FakeKernel:
         return self.params[name]
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
-        from pytest_ktune.measure.torchio import TorchArray, _pair
+        from pytest_ktune.call.torchio import TorchArray, _pair
 
         np_dt, torch_dt = _pair(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -77,36 +77,43 @@ class TorchOp:
         self._layout, self._single = _layout(self, target)
         mutated = [str(v) for kind, v in self._layout if kind == "arg"]
         self.schema = _schema(target, _first_case(target), mutated, sum(k == "out" for k, _ in self._layout))
+        # Every leaf a fresh output: the op returns what the target returns, as it is.
+        self._fresh_only = all(kind == "out" for kind, _ in self._layout)
+        # torch.library.Library, not custom_op: custom_op wraps every eager call in Python (an autograd
+        # function, the version bump of mutated arguments, an aliasing check of the result, a dynamo guard),
+        # where this registers the implementation itself for every device; the fake implementation is only
+        # run by tracing.
         try:
-            op = torch.library.custom_op(self.qualname, self._impl, mutates_args=tuple(mutated),
-                                         schema=self.schema)
+            lib = torch.library.Library(namespace, "FRAGMENT")
+            lib.define(f"{name}{self.schema}")
+            lib.impl(name, self._impl, "CompositeExplicitAutograd")
+            torch.library.register_fake(self.qualname, self._fake, lib=lib)
         except (RuntimeError, ValueError) as exc:
             raise KtuneError(f"torch.library cannot register {self.qualname} ({self.schema}): {exc}",
                              where=target.where, hint="pass ktune.torch_op(target, name=...) another name") from None
-        op.register_fake(self._fake)
-        self.custom_op = op
+        self.library = lib  # the registration lasts as long as this object holds it
         self.op = getattr(getattr(torch.ops, namespace), name).default
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         out = self.op(*args, **kwargs)
+        if self._fresh_only:
+            return out
         fresh = (out,) if not isinstance(out, (tuple, list)) else tuple(out)
-        if self._single:
-            return fresh[0]
-        if all(kind == "out" for kind, _ in self._layout):
-            return tuple(fresh)
         bound = self._binder.bind(args, kwargs)
         return tuple(fresh[v] if kind == "out" else bound[v] for kind, v in self._layout)  # type: ignore[index]
 
     def _outputs(self, result: Any) -> Any:
+        if self._fresh_only:
+            return result
         leaves = (result,) if self._single else tuple(result)
         fresh = [leaf for (kind, _), leaf in zip(self._layout, leaves, strict=True) if kind == "out"]
         return fresh[0] if len(fresh) == 1 else tuple(fresh)
 
     def _impl(self, *args: Any, **kwargs: Any) -> Any:
-        return self._outputs(plan_for(self.target)(args, kwargs))
+        return self._outputs(self.target(*args, **kwargs))
 
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
-        from pytest_ktune.measure.torchio import unwrap
+        from pytest_ktune.call.torchio import unwrap
 
         bound = self._binder.bind(args, kwargs)
         return self._outputs(unwrap(_run_fake(self.target, bound)))
@@ -114,7 +121,7 @@ class TorchOp:
 
 def _run_fake(target: Target, bound: Mapping[str, Any]) -> Any:
     """The target's function on fake (or meta) tensors, with launches skipped: outputs of the right shapes."""
-    from pytest_ktune.measure.torchio import NUMPY_OF, TorchArray
+    from pytest_ktune.call.torchio import NUMPY_OF, TorchArray
 
     torch = _torch()
     device = None
@@ -135,7 +142,7 @@ def _first_case(target: Target) -> Case:
 def _layout(op: TorchOp, target: Target) -> tuple[list[Leaf], bool]:
     """Which leaves of the target's result are new tensors and which are its arguments, from a meta run of
     its first case."""
-    from pytest_ktune.measure.torchio import TORCH_OF, TorchArray
+    from pytest_ktune.call.torchio import TORCH_OF, TorchArray
 
     torch = _torch()
     case = _first_case(target)

@@ -30,13 +30,27 @@ class Binder:
         self._simple = all(p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY) for p in params)
         self.positional = tuple(p.name for p in params if p.kind is _P.POSITIONAL_OR_KEYWORD)
         self.names = frozenset(p.name for p in params)
+        self.order = tuple(p.name for p in params)
         self.defaults = {p.name: p.default for p in params if p.default is not _P.empty}
         self._all_positional = self._simple and len(self.positional) == len(params)
+        # For a call of k positional arguments and no keywords: the defaults of the rest, where they all have one.
+        self._tails: dict[int, dict[str, Any]] = {}
+        if self._all_positional:
+            for k in range(len(self.positional)):
+                rest = self.positional[k:]
+                if all(n in self.defaults for n in rest):
+                    self._tails[k] = {n: self.defaults[n] for n in rest}
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments by name, defaults filled in; a call that does not fit raises ``TypeError``."""
-        if not kwargs and self._all_positional and len(args) == len(self.positional):
-            return dict(zip(self.positional, args, strict=True))
+        if not kwargs and self._all_positional:
+            if len(args) == len(self.positional):
+                return dict(zip(self.positional, args, strict=True))
+            tail = self._tails.get(len(args))
+            if tail is not None:
+                bound = dict(zip(self.positional, args, strict=False))
+                bound.update(tail)
+                return bound
         if self._simple and len(args) <= len(self.positional):
             bound = dict(zip(self.positional, args, strict=False))
             if kwargs:
@@ -62,13 +76,13 @@ class Caller:
     def __init__(self, fn: Callable[..., Any], target: Target, what: str) -> None:
         params = inspect.signature(fn).parameters
         self._fn = fn
-        self._all = any(p.kind is _P.VAR_KEYWORD for p in params.values())
-        self._names = tuple(params)
+        self.takes_all = any(p.kind is _P.VAR_KEYWORD for p in params.values())
+        self.names = tuple(params)
         self._where = target.where
         self._what = what
 
     def __call__(self, bound: Mapping[str, Any]) -> Any:
-        kwargs = dict(bound) if self._all else {k: bound[k] for k in self._names if k in bound}
+        kwargs = dict(bound) if self.takes_all else {k: bound[k] for k in self.names if k in bound}
         try:
             return self._fn(**kwargs)
         except KtuneError:

@@ -1,14 +1,14 @@
 """What a production call's route is, and what it asks of the call's plan: the seam between
-``measure.fastpath`` and the routes of other array libraries (``measure.torchio``)."""
+``call.plan`` and the routes of array libraries (``call.native``, ``call.torchio``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
-from pytest_ktune.backends.base import Backend, KernelFunction
+from pytest_ktune.backends.base import Backend, KernelFunction, SharedMemoryFunction
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
 
@@ -32,9 +32,17 @@ class Route(Protocol):
     """How the arrays of one call reach a backend, and what the call gives back."""
 
     backend: Backend
+    # The function sees the caller's arguments as they are, and its result goes back as it is: a call that
+    # the dispatch cache finds needs neither ``view`` nor ``finish``.
+    native: bool
 
     def prepare(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
         """The arguments the target's function sees, after checking each array (a KtuneError naming it)."""
+        ...
+
+    def view(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
+        """``prepare`` for a call whose signature the cache knows: its arrays were checked by the first call
+        of that signature, so only what cannot be in a signature is looked at (torch's current device)."""
         ...
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
@@ -53,3 +61,12 @@ class Route(Protocol):
     def capturing(self) -> bool:
         """Whether launches are being captured into a CUDA graph now (then nothing is compiled)."""
         ...
+
+
+def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
+           shared: int = 0) -> None:
+    """A launch on the backend's own queue or stream: what a route whose arrays the backend takes does."""
+    if shared:
+        cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
+    else:
+        fn.launch(grid, block, args)

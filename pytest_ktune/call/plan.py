@@ -1,0 +1,234 @@
+"""How one target's production calls run: the call plan, made on its first call and kept on the target.
+
+A ``CallPlan`` holds what the first call worked out: the argument binding (``call.binding``), the params
+file (``core.paramsfile``: read once, and again only when it changes on disk, looked at no more than once a
+second, or on ``ktune.reload()``), and the dispatch cache (``call.dispatch``): per call signature, the
+``Entry`` of its route, key and defines, with the recorded parameters, the compiled program and the
+``ProductionKernel`` handle the target's function receives, made once and reused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pytest_ktune.call.binding import Binder, Caller, array_arguments
+from pytest_ktune.call.dispatch import LIMIT, Signature, Uncacheable, checking, read_by
+from pytest_ktune.call.kernel import Entry, ProductionKernel
+from pytest_ktune.call.native import route_for, router
+from pytest_ktune.call.route import Route
+from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError
+from pytest_ktune.core.keys import key_string
+from pytest_ktune.core.paramsfile import ParamsFile, reload_all, watch
+from pytest_ktune.core.paths import params_path
+from pytest_ktune.core.space import Value
+from pytest_ktune.core.store import target_id
+from pytest_ktune.core.target import Target
+from pytest_ktune.measure.runtime import compile_target
+
+_NO_DEFINES: dict[str, Value] = {}
+
+
+class CallPlan:
+    """How one target's production calls run; made on its first call and kept for the process."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.binder = Binder(target)
+        self.key_of = Caller(target.key_fn, target, "key")
+        self.defines_of = Caller(target.defines_fn, target, "defines") if target.defines_fn is not None else None
+        declared = array_arguments(target)
+        self.arrays: tuple[tuple[str, frozenset[np.dtype[Any]], bool], ...] = tuple(
+            (n, dts, n not in target.strided) for n, dts in declared.items())
+        self.array_names = tuple(declared)
+        takers = [(c.takes_all, c.names) for c in (self.key_of, self.defines_of) if c is not None]
+        read = read_by(takers, [n for n in self.binder.order if n not in declared])
+        # No declared array: the device is found among any arguments, which no signature covers.
+        self.signature = Signature([*self.array_names, *read]) if target.key_cache and declared else None
+        self._dispatch: dict[tuple[Any, ...], Entry] = {}
+        self._entries: dict[tuple[Any, ...], Entry] = {}  # by route, key and defines
+        self._file: ParamsFile | None = None
+        self._target_id = ""
+        self._lock = threading.Lock()
+        self.checking = checking()
+
+    # -- the call ----------------------------------------------------------------------------------------
+    def __call__(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        bound = self.binder.bind(args, kwargs)
+        pf = self._file
+        if pf is None or pf.due():
+            pf = self._check_file()
+        entry = None
+        sig = None
+        if self.signature is not None:
+            try:
+                sig = self.signature(bound)
+                entry = self._dispatch.get(sig)
+            except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all
+                sig = None
+        if entry is None:
+            entry, seen = self._first(sig, bound, pf)
+            route = entry.route
+        else:
+            route = entry.route
+            if entry.generation != pf.generation and not route.capturing():
+                # A params file that changed during a CUDA graph capture is followed after it: compiling and
+                # loading a module is not allowed while a stream is being captured.
+                self._resolve(entry.key, entry.defines, route, pf)
+            seen = bound if route.native else route.view(self, bound)
+            if self.checking:
+                self._check_pure(entry, seen)
+        kernel = entry.kernel
+        try:
+            result = self.target.fn(kernel, **seen)
+        except (CompileError, LaunchError) as exc:
+            raise self._named(exc) from None
+        if not entry.launched:
+            if not kernel.launches:
+                raise KtuneError("the function returned without launching a kernel", where=self.target.where,
+                                 hint="call kernel.launch(grid, block, args) in it")
+            entry.launched = True
+        return result if route.native else route.finish(result, bound, seen)
+
+    def _first(self, sig: tuple[Any, ...] | None, bound: dict[str, Any],
+               pf: ParamsFile) -> tuple[Entry, dict[str, Any]]:
+        """The first call of a signature: pick the route, check every array, run key and defines, find the
+        entry (resolving it where the params file is newer) and remember it for the signature."""
+        route = self._route(bound)
+        seen = route.prepare(self, bound)
+        key = dict(self.key_of(seen))
+        defines = dict(self.defines_of(seen)) if self.defines_of is not None else _NO_DEFINES
+        entry = self._entries.get(_entry_key(route, key, defines))
+        if entry is None or (entry.generation != pf.generation and not route.capturing()):
+            entry = self._resolve(key, defines, route, pf)
+        if sig is not None:
+            if len(self._dispatch) >= LIMIT:
+                self._dispatch.clear()
+            self._dispatch[sig] = entry
+        return entry, seen
+
+    def _route(self, bound: Mapping[str, Any]) -> Route:
+        for name in self.array_names:
+            a = bound.get(name)
+            if a is not None:
+                return route_for(a, self, name)
+        for name, a in bound.items():  # no declared array given: any array among the arguments
+            if router(type(a)) is not None:
+                return route_for(a, self, name)
+        raise BackendUnavailable(
+            "no CuPy, PyOpenCL or torch array among the arguments, so the device is unknown",
+            where=self.target.where, hint="pass device arrays (cupy.ndarray, pyopencl.array.Array or torch.Tensor)")
+
+    def _check_pure(self, entry: Entry, seen: Mapping[str, Any]) -> None:
+        """The debug check of the dispatch cache's contract: this call's key and defines are the entry's."""
+        key = dict(self.key_of(seen))
+        defines = dict(self.defines_of(seen)) if self.defines_of is not None else _NO_DEFINES
+        for what, now, cached in (("key", key, entry.key), ("defines", defines, entry.defines)):
+            if now != cached:
+                raise KtuneError(
+                    f"the {what} function gave {now!r} where an earlier call with the same signature (the arrays' "
+                    f"types, dtypes, shapes, strides and devices, and the scalar arguments it takes) gave "
+                    f"{cached!r}: the dispatch cache would have run the kernel for the earlier one",
+                    where=self.target.where,
+                    hint=f"make {what} read only the arrays' shapes, dtypes and devices and the scalar arguments "
+                         "it takes, or declare the target with key_cache=False")
+
+    # -- the first call of a route and key -----------------------------------------------------------------
+    def _check_file(self) -> ParamsFile:
+        pf = self._file
+        if pf is None:
+            path = params_path(self.target.file.parent)
+            self._target_id = target_id(self.target, path.parent)
+            pf = self._file = watch(path)
+        else:
+            pf.refresh()
+        return pf
+
+    def _resolve(self, key: dict[str, Any], defines: dict[str, Value], route: Route, pf: ParamsFile) -> Entry:
+        """The entry of ``route``, ``key`` and ``defines`` with the parameters the params file records now;
+        an entry that the dispatch cache already holds is updated in place, so every signature sees it."""
+        with self._lock:
+            generation = pf.generation
+            target = self.target.for_backend(route.backend.name)  # its per_backend space and default
+            record = pf.find(self._target_id, route.backend.device.id, key)
+            params = dict(record.params) if record is not None else dict(target.default)
+            target.check_config(params, key, "recorded configuration" if record else "default")
+            try:
+                program = compile_target(route.backend, target, params, defines)
+                kernel = ProductionKernel(route.backend, program, params, target.kernel_name, route, where=target.where)
+            except (CompileError, LaunchError) as exc:
+                raise self._named(exc) from None
+            ck = _entry_key(route, key, defines)
+            entry = self._entries.get(ck)
+            if entry is None:
+                entry = self._entries[ck] = Entry(route, kernel, generation, key, defines)
+            else:
+                entry.kernel, entry.generation = kernel, generation
+            return entry
+
+    def _named(self, exc: KtuneError) -> KtuneError:
+        if exc.where.startswith("target "):
+            return exc
+        # Backends know the source file, not the target: name both.
+        return type(exc)(exc.message, where=f"{self.target.where}, source {exc.where}", hint=exc.hint)
+
+    def forget(self) -> None:
+        """Drop what was worked out from the params file (``ktune.reload``): the next call looks again."""
+        with self._lock:
+            self._dispatch.clear()
+            self._entries.clear()
+            self._file = None
+            self.checking = checking()
+
+    # -- errors a call can meet --------------------------------------------------------------------------
+    def bad_argument(self, name: str, what: str, hint: str) -> KtuneError:
+        return KtuneError(f"argument {name} {what}", where=self.target.where, hint=hint)
+
+    def bad_dtype(self, name: str, dtype: str, allowed: frozenset[np.dtype[Any]]) -> KtuneError:
+        names = ", ".join(sorted(d.name for d in allowed))
+        return self.bad_argument(name, f"has dtype {dtype}, which the target does not declare for it "
+                                       f"(its cases give {names})",
+                                 f"convert {name} to one of {names}, or declare a ktune.Case with a {dtype} "
+                                 f"{name} (and check the kernel handles it)")
+
+    def not_contiguous(self, name: str, shape: tuple[int, ...], strides: tuple[int, ...]) -> KtuneError:
+        return self.bad_argument(name, f"is not contiguous (shape {shape}, strides {strides}); the kernel reads "
+                                       "it as one dense block",
+                                 f"pass {name}.contiguous() (torch) or ascontiguousarray({name}); a target whose "
+                                 f"kernel takes strides declares strided=['{name}']")
+
+
+def _entry_key(route: Route, key: Mapping[str, Any], defines: Mapping[str, Value]) -> tuple[Any, ...]:
+    try:
+        ck: tuple[Any, ...] = (route, tuple(key.items()), tuple(defines.items()))
+        hash(ck)
+    except TypeError:  # an unhashable key or define value: its text names it
+        ck = (route, key_string(key), repr(sorted((k, str(v)) for k, v in defines.items())))
+    return ck
+
+
+# -- plans, by target ---------------------------------------------------------------------------------------
+_PLANS: list[CallPlan] = []
+_PLANS_LOCK = threading.Lock()
+
+
+def plan_for(target: Target) -> CallPlan:
+    """The target's call plan, made on its first call and kept on it (``Target._plan``)."""
+    with _PLANS_LOCK:
+        plan: CallPlan | None = target._plan
+        if plan is None:
+            plan = CallPlan(target)
+            object.__setattr__(target, "_plan", plan)  # a frozen dataclass: its one cache slot is set here
+            _PLANS.append(plan)
+        return plan
+
+
+def reload() -> None:
+    """Look at the params files again now, and drop every cached lookup, so that the next call of each
+    target finds its params file again (``KTUNE_PARAMS`` included) and reads what it records."""
+    for plan in list(_PLANS):
+        plan.forget()
+    reload_all()
