@@ -44,10 +44,11 @@ RACY_CU = """extern "C" __global__ void scale_add(float* out, const float* x, co
 }
 """
 
-# A barrier that only the first warp of each block reaches (the others have left the branch): the result is
-# right, and only synccheck sees it.
-DIVERGENT_BARRIER_CU = SCALE_ADD_CU.replace("if (i < n) out[i]", "if (threadIdx.x < 32) __syncthreads();\n"
-                                            "    if (i < n) out[i]")
+# A barrier the block reaches at two different sites (the first warp at one, the rest at another): the result
+# is right, and only synccheck sees it. (A __syncthreads() that the other warps skip and then exit is not
+# reported on Volta and later, where exited threads count as arrived: benchmarks/synccheck_controls.py.)
+DIVERGENT_BARRIER_CU = SCALE_ADD_CU.replace("if (i < n) out[i]", "if (threadIdx.x < 32) __syncthreads(); "
+                                            "else __syncthreads();\n    if (i < n) out[i]")
 
 TARGET_PY = '''
 from typing import Any
