@@ -5,6 +5,8 @@ parameters) is judged by a same-run A/B against that reference, whatever any rec
 ``Reference.changes`` says what differs. The reference comes from the record's baseline (its
 parameters, and its source from git at the baseline's commit) or, under ``--ktune-base REF``, from
 ``REF`` itself: its source, its included files and its params file's parameters (``BaseRef``).
+Where the module that declares the target changed since that commit, the reference is the commit's
+whole target (``gate.snapshot``, ``of_whole_target``): its launcher runs the B side.
 """
 
 from __future__ import annotations
@@ -177,10 +179,12 @@ def at_ref(target: Target, backend: str, ref: BaseRef, *, ref_params: Mapping[st
 
 
 def of_whole_target(target: Target, backend: str, whole: WholeTarget, *, label: str, params: Mapping[str, Value],
-                    old_params: Mapping[str, Value], recorded: Baseline | None = None) -> Reference:
+                    old_params: Mapping[str, Value], scratch: Path, recorded: Baseline | None = None) -> Reference:
     """A commit's whole target as the reference (``gate.snapshot``): its launcher, its source and included
     files from the commit's copy, and ``old_params``. ``recorded``: the baseline it stands for, whose
-    source must be that commit's (else Unavailable)."""
+    source must be that commit's (else Unavailable). Where its included files differ from the current
+    ones, the source comes pinned to them (under ``scratch``), so that no compiled program of the
+    current source, keyed by its text, stands in for it."""
     old_target = whole.target
     path = old_target.source_path(backend)
     try:
@@ -188,7 +192,8 @@ def of_whole_target(target: Target, backend: str, whole: WholeTarget, *, label: 
     except KtuneError as exc:
         raise Unavailable(f"{label}'s source cannot be read", f"{label}'s {target.name} ({whole.module}) names a "
                                                                f"source that cannot be read: {exc.message}") from None
-    old_hash, old_deps = source_hash(text), deps_hash(path, include_closure(path, text, read_local))
+    headers = include_closure(path, text, read_local)
+    old_hash, old_deps = source_hash(text), deps_hash(path, headers)
     if recorded is not None and (recorded.source_hash != old_hash or recorded.deps_hash not in (None, old_deps)):
         raise Unavailable("old source not in git",
                           f"The baseline's source is not the one its commit holds (recorded from uncommitted "
@@ -197,7 +202,8 @@ def of_whole_target(target: Target, backend: str, whole: WholeTarget, *, label: 
                        deps_claimed=recorded is None or recorded.deps_hash is not None)
     if whole.changed:
         changes = (f"launcher module {whole.module} changed", *changes)
-    return Reference(label=label, params=dict(old_params), source=None, changes=changes,
+    pinned = pin_includes(path, text, headers, scratch) if old_deps != target.deps_hash(backend) else None
+    return Reference(label=label, params=dict(old_params), source=pinned, changes=changes,
                      target=whole.ref if changes else None)
 
 

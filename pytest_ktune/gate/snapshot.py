@@ -70,6 +70,7 @@ class Snapshot:
         self.label = label
         self._files: dict[Path, str | None] = {}
         self._tree: Path | None = None
+        self._changed: dict[Path, bool] = {}  # by module file: the work tree's is read once a run
         self._targets: dict[tuple[Path, str, str], WholeTarget | Unavailable | None] = {}
 
     def file(self, path: Path) -> str | None:
@@ -87,14 +88,13 @@ class Snapshot:
     def launcher_changed(self, target: Target) -> bool:
         """Whether the file that declares ``target`` differs between the commit and the work tree (False
         where the commit has no such file: nothing to run instead)."""
-        old = self.file(target.file) if self.relative(target.file) is not None else None
-        if old is None:
-            return False
-        try:
-            now = target.file.read_text()
-        except OSError:
-            return True
-        return not same_python(old, now)
+        if target.file not in self._changed:
+            old = self.file(target.file) if self.relative(target.file) is not None else None
+            try:
+                self._changed[target.file] = old is not None and not same_python(old, target.file.read_text())
+            except OSError:
+                self._changed[target.file] = True
+        return self._changed[target.file]
 
     def whole_target(self, target: Target, backend: str, case: Case) -> WholeTarget | None:
         """The commit's ``target`` (its module loaded from the commit's copy), able to run ``case``; None

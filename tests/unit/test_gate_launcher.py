@@ -151,3 +151,21 @@ def test_a_launcher_changed_since_the_baseline_s_commit_is_ab_d_against_that_com
     assert b_ref is not None and f"/ref/{baseline.commit}/k.py" in b_ref.file
     assert result.compared == "ab" and "launcher module k.py changed" in result.note
     assert "the baseline (commit" in result.note
+
+
+def test_ref_s_own_header_is_pinned_where_it_differs_from_the_current_one(project: Path) -> None:
+    # The same kernel text at REF and here: only the header it includes and the launcher differ. B's source
+    # comes pinned to REF's header, so that a program compiled from the current text never stands in for it.
+    (project / "k.cl").write_text('#include "work.h"\n' + SOURCE)
+    (project / "work.h").write_text("#define WORK 1\n")
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "header")
+    ref = BaseRef.load(project, "HEAD", project / "ktune-params.json")
+    (project / "work.h").write_text("#define WORK 16\n")
+    (project / "k.py").write_text(MODULE.replace("REPS = 1", "REPS = 2"))
+    measurer = FakeMeasurer(times={"1": 1.0e-6})
+    result = _gate(project, measurer, ref).judge(_item(_load(project)), {"SCALE": 1}, None)
+    (_, _, b_source), = measurer.abs_run
+    assert b_source is not None and b_source != (project / "k.cl").read_text() and "work.h" in b_source
+    assert measurer.targets_b[0] is not None
+    assert "launcher module k.py changed" in result.note and "included files (work.h)" in result.note
