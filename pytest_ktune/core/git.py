@@ -75,7 +75,8 @@ def differs_from_head(root: Path, path: Path) -> bool:
 
 def export_tree(root: Path, commit: str, dest: Path) -> None:
     """Write the files that ``commit`` holds under the folder ``dest``: ``git archive`` of the commit,
-    unpacked there. Read-only for the repository: its index, work tree and HEAD are left alone. A
+    unpacked there (of the whole commit where ``root`` is the repository's top folder; of the folder
+    ``root`` only, where it is one below). Read-only for the repository: its index, work tree and HEAD are left alone. A
     KtuneError saying why where git cannot give them."""
     import tarfile
 

@@ -70,6 +70,7 @@ class Snapshot:
         self.label = label
         self._files: dict[Path, str | None] = {}
         self._tree: Path | None = None
+        self._top: Path | None = None
         self._changed: dict[Path, bool] = {}  # by module file: the work tree's is read once a run
         self._targets: dict[tuple[Path, str, str], WholeTarget | Unavailable | None] = {}
 
@@ -122,7 +123,7 @@ class Snapshot:
         rel = self.relative(target.file)
         if rel is None or self.file(target.file) is None:
             return None
-        copy = self.tree() / rel
+        copy = self.tree() / target.file.resolve().relative_to(self.top())
         ref = TargetRef(module=alias(target.module, self.commit), file=str(copy), name=target.name,
                         sys_path=tuple(sys.path), copy=True)
         where = f"{self.label}'s {rel.as_posix()}"
@@ -146,6 +147,13 @@ class Snapshot:
                               f"{where} declares {target.name} without a {backend} source")
         return WholeTarget(target=old, ref=ref, module=rel.as_posix(), changed=self.launcher_changed(target))
 
+    def top(self) -> Path:
+        """The repository's top folder (the project root may sit below it): the copy's layout is its."""
+        if self._top is None:
+            out = git.output(self.root, "rev-parse", "--show-toplevel")
+            self._top = Path(out.strip()).resolve() if out and out.strip() else self.root.resolve()
+        return self._top
+
     def tree(self) -> Path:
         """The commit's files, unpacked once under ``.ktune/ref/<commit>`` (kept for the next run)."""
         if self._tree is not None:
@@ -156,7 +164,7 @@ class Snapshot:
             partial = folder / f"{self.commit}.partial-{os.getpid()}"
             shutil.rmtree(partial, ignore_errors=True)
             try:
-                git.export_tree(self.root, self.commit, partial)
+                git.export_tree(self.top(), self.commit, partial)
             except KtuneError as exc:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise Unavailable(f"{self.label}'s files cannot be read",

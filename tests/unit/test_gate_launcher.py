@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ktune.core.store import new_baseline
 from pytest_ktune.core.target import Target
 from pytest_ktune.gate.reference import BaseRef
 from pytest_ktune.gate.snapshot import ALIAS, same_python
@@ -169,3 +170,31 @@ def test_ref_s_own_header_is_pinned_where_it_differs_from_the_current_one(projec
     assert b_source is not None and b_source != (project / "k.cl").read_text() and "work.h" in b_source
     assert measurer.targets_b[0] is not None
     assert "launcher module k.py changed" in result.note and "included files (work.h)" in result.note
+
+
+def test_a_project_below_the_repository_s_top_finds_its_module_in_the_copy(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.com")
+    _git(tmp_path, "config", "user.name", "t")
+    project = tmp_path / "sub"
+    project.mkdir()
+    (project / "k.cl").write_text(SOURCE)
+    (project / "k.py").write_text(MODULE)
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "a project in a folder of the repository")
+    ref = BaseRef.load(project, "HEAD", project / "ktune-params.json")
+    (project / "k.py").write_text(MODULE.replace("REPS = 1", "REPS = 3"))
+    current = _load(project)
+    whole = ref.snapshot.whole_target(current, "opencl", current.cases[0])
+    assert whole is not None and whole.module == "k.py"
+    assert Path(whole.ref.file) == project / ".ktune" / "ref" / ref.commit / "sub" / "k.py"  # the whole commit
+    assert whole.target.source_text("opencl") == SOURCE
+
+
+def test_a_baseline_recorded_from_an_edited_module_names_no_commit(project: Path) -> None:
+    target = _load(project)
+    clean = new_baseline(project, target, "opencl", {"SCALE": 1}, {}, machine="m")
+    assert clean.commit == _git(project, "rev-parse", "HEAD").strip()
+    (project / "k.py").write_text(MODULE.replace("REPS = 1", "REPS = 2"))
+    edited = new_baseline(project, _load(project), "opencl", {"SCALE": 1}, {}, machine="m")
+    assert edited.commit is None  # HEAD's module is not the one it was measured with
