@@ -24,7 +24,7 @@ from pytest_ktune.core import git
 from pytest_ktune.core.case import Case
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.worker import TargetRef, import_target
+from pytest_ktune.measure.worker import NoSuchTarget, TargetRef, import_target
 
 ALIAS = "_ktune_at_"  # a commit's copy of module ``pkg.mod`` is ``pkg._ktune_at_<commit>_mod``
 KEEP = 4  # commits' copies kept under .ktune/ref (the most recently used)
@@ -129,7 +129,7 @@ class Snapshot:
         where = f"{self.label}'s {rel.as_posix()}"
         try:
             old = import_target(ref).for_backend(backend)
-        except LookupError:
+        except NoSuchTarget:
             if self.file(target.source_path(backend)) is None:
                 return None  # a target new since the commit: nothing to compare with
             raise Unavailable(f"{where} has no target {target.name}",

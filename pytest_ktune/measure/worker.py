@@ -121,9 +121,13 @@ class ABOutcome:
     stopped: tuple[str, ...] = ()
 
 
+class NoSuchTarget(LookupError):
+    """The module imported, but declares no target of that name."""
+
+
 def import_target(ref: TargetRef) -> Target:
     """The target ``ref`` names, its module imported once per process (a copy loaded from its file);
-    LookupError where the module has no such target."""
+    NoSuchTarget where the module has no such target."""
     for p in reversed(ref.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
@@ -138,7 +142,7 @@ def import_target(ref: TargetRef) -> Target:
     for value in vars(module).values():
         if isinstance(value, Target) and value.name == ref.name:
             return value
-    raise LookupError(f"no target named {ref.name} in {ref.file}")
+    raise NoSuchTarget(f"no target named {ref.name} in {ref.file}")
 
 
 def _load_file(name: str, file: str) -> Any:
