@@ -11,6 +11,7 @@ from typing import Any
 from pytest_ktune.core.errors import KtuneError
 
 QUERY_TIMEOUT_S = 30.0
+EXPORT_TIMEOUT_S = 300.0  # a whole tree, written out: longer than a query
 
 
 class GitUnavailable(KtuneError):
@@ -70,3 +71,24 @@ def differs_from_head(root: Path, path: Path) -> bool:
         return True
     out = output(root, "status", "--porcelain", "--", str(path))
     return bool(out and out.strip())
+
+
+def export_tree(root: Path, commit: str, dest: Path) -> None:
+    """Write the files that ``commit`` holds under the folder ``dest``: ``git archive`` of the commit,
+    unpacked there (of the whole commit where ``root`` is the repository's top folder; of the folder
+    ``root`` only, where it is one below). Read-only for the repository: its index, work tree and HEAD are left alone. A
+    KtuneError saying why where git cannot give them."""
+    import tarfile
+
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = dest.with_name(dest.name + ".tar")
+    try:
+        status, _, err = execute(root, ["archive", "--format=tar", f"--output={archive}", commit],
+                                 env={"GIT_OPTIONAL_LOCKS": "0"}, timeout=EXPORT_TIMEOUT_S)
+        if status != 0:
+            raise KtuneError(f"git archive {commit[:12]} failed: {err.strip() or f'exit status {status}'}",
+                             where=str(root), hint="check that the commit exists here (git fetch it first)")
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+    finally:
+        archive.unlink(missing_ok=True)

@@ -305,12 +305,14 @@ def now_utc() -> str:
 def new_baseline(root: Path, target: Target, backend: str, params: Mapping[str, Value],
                  timings: Mapping[str, Timing], *, machine: str) -> Baseline:
     """A baseline for ``params`` on the target's current source and the files it includes, with the
-    commit that holds that source (None when the source has changes HEAD does not hold, or outside
-    git), and ``timings`` measured on ``machine`` (a device identity)."""
+    commit that holds that source and the module that declares the target (None when either has
+    changes HEAD does not hold, or outside git), and ``timings`` measured on ``machine`` (a device
+    identity)."""
 
     path = target.source_path(backend)
     commit = _git.head_commit(root)
-    if commit and _git.differs_from_head(root, path):
+    module = target.file if target.file.resolve().is_relative_to(root.resolve()) else None
+    if commit and any(_git.differs_from_head(root, p) for p in (path, module) if p is not None):
         commit = None
     try:
         rel = path.relative_to(root.resolve()).as_posix()

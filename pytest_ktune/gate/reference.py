@@ -5,31 +5,45 @@ parameters) is judged by a same-run A/B against that reference, whatever any rec
 ``Reference.changes`` says what differs. The reference comes from the record's baseline (its
 parameters, and its source from git at the baseline's commit) or, under ``--ktune-base REF``, from
 ``REF`` itself: its source, its included files and its params file's parameters (``BaseRef``).
+Where the module that declares the target changed since that commit, the reference is the commit's
+whole target (``gate.snapshot``, ``of_whole_target``): its launcher runs the B side.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pytest_ktune.core import git
 from pytest_ktune.core.errors import KtuneError, StoreError
-from pytest_ktune.core.includes import deps_hash, include_closure, include_name, pin_includes, source_hash
+from pytest_ktune.core.includes import (
+    deps_hash,
+    include_closure,
+    include_name,
+    pin_includes,
+    read_local,
+    source_hash,
+)
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Baseline, Record, Store
 from pytest_ktune.core.target import Target
+from pytest_ktune.gate.snapshot import Snapshot, Unavailable, WholeTarget
+from pytest_ktune.measure.worker import TargetRef
 
-
-class Unavailable(Exception):
-    """The reference's source cannot be had from git, so no A/B against it can run."""
-
-    def __init__(self, note: str, why: str) -> None:
-        super().__init__(why)
-        self.note = note  # a few words for the summary
-        self.why = why  # a sentence for a failure's message
+__all__ = [
+    "BaseRef",
+    "Reference",
+    "Unavailable",
+    "at_ref",
+    "baseline_label",
+    "missing_at_head",
+    "of_baseline",
+    "of_whole_target",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,9 @@ class Reference:
     params: Mapping[str, Value]
     source: str | None
     changes: tuple[str, ...]
+    # B's whole target (its commit's copy of the module, ``gate.snapshot``) where its launcher module
+    # changed; None: the current target's launcher runs B's source and parameters.
+    target: TargetRef | None = None
 
     @property
     def changed(self) -> bool:
@@ -57,13 +74,15 @@ class BaseRef:
     commit: str
     root: Path
     store: Store | None
-    _files: dict[Path, str | None] = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def snapshot(self) -> Snapshot:
+        """REF's files (each read from git once) and its whole targets (its tree unpacked once a run)."""
+        return Snapshot(self.root, self.commit, self.label)
 
     def file(self, path: Path) -> str | None:
         """The text of ``path`` at REF (None where REF has no such file); each file read from git once."""
-        if path not in self._files:
-            self._files[path] = git.file_at(self.root, self.commit, path)
-        return self._files[path]
+        return self.snapshot.file(path)
 
     @classmethod
     def load(cls, root: Path, name: str, params_path: Path) -> BaseRef:
@@ -111,12 +130,16 @@ def _changes(target: Target, backend: str, *, old_hash: str, old_deps: str | Non
     return tuple(out)
 
 
+def baseline_label(base: Baseline) -> str:
+    return f"the baseline (commit {(base.commit or 'none')[:12]})"
+
+
 def of_baseline(target: Target, backend: str, base: Baseline, *, params: Mapping[str, Value], root: Path,
                 scratch: Path) -> Reference:
     """The baseline's program as the reference; its source read from git at the baseline's commit
     where it changed (written under ``scratch`` with its includes). Raises Unavailable where git
     cannot give it."""
-    label = f"the baseline (commit {(base.commit or 'none')[:12]})"
+    label = baseline_label(base)
     changes = _changes(target, backend, old_hash=base.source_hash, old_deps=base.deps_hash, params=params,
                        old_params=base.params, deps_claimed=base.deps_hash is not None)
     same_file = base.source_hash == target.source_hash(backend)
@@ -153,6 +176,35 @@ def at_ref(target: Target, backend: str, ref: BaseRef, *, ref_params: Mapping[st
     same_includes = old_deps == target.deps_hash(backend)
     text = None if same_file and same_includes else pin_includes(path, old, headers, scratch)
     return Reference(label=ref.label, params=old_params, source=text, changes=changes)
+
+
+def of_whole_target(target: Target, backend: str, whole: WholeTarget, *, label: str, params: Mapping[str, Value],
+                    old_params: Mapping[str, Value], scratch: Path, recorded: Baseline | None = None) -> Reference:
+    """A commit's whole target as the reference (``gate.snapshot``): its launcher, its source and included
+    files from the commit's copy, and ``old_params``. ``recorded``: the baseline it stands for, whose
+    source must be that commit's (else Unavailable). Where its included files differ from the current
+    ones, the source comes pinned to them (under ``scratch``), so that no compiled program of the
+    current source, keyed by its text, stands in for it."""
+    old_target = whole.target
+    path = old_target.source_path(backend)
+    try:
+        text = old_target.source_text(backend)
+    except KtuneError as exc:
+        raise Unavailable(f"{label}'s source cannot be read", f"{label}'s {target.name} ({whole.module}) names a "
+                                                               f"source that cannot be read: {exc.message}") from None
+    headers = include_closure(path, text, read_local)
+    old_hash, old_deps = source_hash(text), deps_hash(path, headers)
+    if recorded is not None and (recorded.source_hash != old_hash or recorded.deps_hash not in (None, old_deps)):
+        raise Unavailable("old source not in git",
+                          f"The baseline's source is not the one its commit holds (recorded from uncommitted "
+                          f"files?), so that commit's {whole.module} does not stand for it")
+    changes = _changes(target, backend, old_hash=old_hash, old_deps=old_deps, params=params, old_params=old_params,
+                       deps_claimed=recorded is None or recorded.deps_hash is not None)
+    if whole.changed:
+        changes = (f"launcher module {whole.module} changed", *changes)
+    pinned = pin_includes(path, text, headers, scratch) if old_deps != target.deps_hash(backend) else None
+    return Reference(label=label, params=dict(old_params), source=pinned, changes=changes,
+                     target=whole.ref if changes else None)
 
 
 def _old_source(target: Target, backend: str, root: Path, commit: str | None, want_hash: str, *, same_file: bool,

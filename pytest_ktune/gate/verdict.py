@@ -17,12 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Baseline, Record, source_changed
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.text import seconds
 from pytest_ktune.gate.decision import Threshold, confirm, faster, screen, stop_rule
-from pytest_ktune.gate.reference import BaseRef, Reference, Unavailable, at_ref, of_baseline
+from pytest_ktune.gate.reference import (
+    BaseRef,
+    Reference,
+    Unavailable,
+    at_ref,
+    baseline_label,
+    of_baseline,
+    of_whole_target,
+)
+from pytest_ktune.gate.snapshot import Snapshot, WholeTarget
 from pytest_ktune.measure.ab import FASTER, SLOWER, ABResult
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef, Measurer
@@ -143,6 +153,7 @@ class Gate:
     def __init__(self, settings: GateSettings, measurer: Measurer) -> None:
         self.settings = settings
         self.measurer = measurer
+        self._snapshots: dict[str, Snapshot] = {}  # the baselines' commits, each unpacked at most once a run
 
     def repro(self, seed: int) -> str:
         return f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs (case seed {seed})"
@@ -197,20 +208,58 @@ class Gate:
 
     def _reference(self, item: Item, params: Mapping[str, Value], base: Baseline | None, backend: str,
                    scratch: Path) -> Reference | None:
+        """The case's reference. Where the module that declares the target changed since the reference's
+        commit (REF's, or the baseline's), the reference is that commit's whole target (``gate.snapshot``);
+        else the current launcher with the reference's source and parameters."""
         ref = self.settings.base
+        target = item.target
         if ref is not None:
-            rec = ref.record(item.target_id, self.measurer.device().id, item.key)
-            return at_ref(item.target, backend, ref, ref_params=rec.params if rec else None, params=params,
+            whole = self._whole(ref.snapshot, item, backend, always=target.in_memory(backend))
+            key = item.key if whole is None else self._key_at(whole, item, ref.label)
+            rec = ref.record(item.target_id, self.measurer.device().id, key)
+            if whole is not None:
+                old = rec.params if rec is not None else whole.target.default
+                return of_whole_target(target, backend, whole, label=ref.label, params=params, old_params=old,
+                                       scratch=scratch)
+            return at_ref(target, backend, ref, ref_params=rec.params if rec else None, params=params,
                           scratch=scratch)
         if base is None:
             return None
-        return of_baseline(item.target, backend, base, params=params, root=self.settings.root, scratch=scratch)
+        if base.commit:
+            snap = self._snapshots.get(base.commit)
+            if snap is None:
+                snap = self._snapshots[base.commit] = Snapshot(self.settings.root, base.commit,
+                                                               f"commit {base.commit[:12]}")
+            text_changed = target.in_memory(backend) and base.source_hash != target.source_hash(backend)
+            whole = self._whole(snap, item, backend, always=text_changed)
+            if whole is not None:
+                return of_whole_target(target, backend, whole, label=baseline_label(base), params=params,
+                                       old_params=base.params, scratch=scratch, recorded=base)
+        return of_baseline(target, backend, base, params=params, root=self.settings.root, scratch=scratch)
+
+    @staticmethod
+    def _whole(snap: Snapshot, item: Item, backend: str, *, always: bool) -> WholeTarget | None:
+        """The commit's whole target where the target's module changed since it (or ``always``)."""
+        if not (always or snap.launcher_changed(item.target)):
+            return None
+        return snap.whole_target(item.target, backend, item.target.cases[item.case_index])
+
+    @staticmethod
+    def _key_at(whole: WholeTarget, item: Item, label: str) -> Mapping[str, Any]:
+        """The case's key as the commit's ``key`` function makes it (its params file records that key)."""
+        try:
+            return whole.target.case_key(item.target.cases[item.case_index])
+        except KtuneError as exc:
+            raise Unavailable(f"{label}'s key function fails on this case",
+                              f"{label}'s {item.target.name} ({whole.module}) cannot key this case: "
+                              f"{exc.message}") from None
 
     def _ab(self, item: Item, params: Mapping[str, Value], ref: Reference) -> PerfResult:
         """The changed case timed side by side with its reference: its verdict, the row's time the A
         side's and its reference the B side's."""
         threshold = self.threshold_for(item)
-        r = self.measurer.ab(self.case_ref(item), params, ref.params, ref.source, stop_rule(threshold))
+        r = self.measurer.ab(self.case_ref(item), params, ref.params, ref.source, stop_rule(threshold),
+                             target_b=ref.target)
         a, b = r.a, r.b
         c = confirm(a, b, threshold)
         row = replace(self._row(item, params, a), baseline_us=b.median * 1e6, ratio=c.ratio)

@@ -65,7 +65,7 @@ class Measurer(Protocol):
     def time(self, case: CaseRef, params: Mapping[str, Value]) -> Measurement: ...
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None, stop: Stop | None = None) -> ABResult: ...
+           source_b: str | None, stop: Stop | None = None, *, target_b: TargetRef | None = None) -> ABResult: ...
 
 
 class ItemCrash(KtuneError):
@@ -147,10 +147,12 @@ class MeasureService:
         return m
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None, stop: Stop | None = None) -> ABResult:
+           source_b: str | None, stop: Stop | None = None, *, target_b: TargetRef | None = None) -> ABResult:
         """A (``a``) against B (``b``, on ``source_b`` where given) interleaved; ``stop``: the caller's rule
-        to end the sample early (``measure.ab``)."""
-        result: ABResult = self._ask(_what("timing A/B", case), ("ab", case, dict(a), dict(b), source_b, stop))
+        to end the sample early (``measure.ab``). ``target_b``: B's launches come from that target (a
+        commit's copy of the module, ``gate.snapshot``) on this case's inputs; None: from the case's own."""
+        result: ABResult = self._ask(_what("timing A/B", case),
+                                     ("ab", case, dict(a), dict(b), source_b, stop, target_b))
         return result
 
     def close(self) -> None:
@@ -182,6 +184,18 @@ class _Service:
         target = self.targets[case.target]
         return Job.of(self.backend, target, target.cases[case.case])
 
+    def _other_launcher(self, job: Job, ref: TargetRef) -> Job:
+        """``job``'s case (its inputs, its id, its reference's answer) run by the target ``ref`` names."""
+        if ref not in self.targets:
+            try:
+                self.targets[ref] = import_target(ref)
+            except Exception as exc:
+                raise KtuneError(f"the reference's copy of {ref.name}'s module does not load in the measurement "
+                                 f"process: {type(exc).__name__}: {exc}", where=ref.file,
+                                 hint="make that version of the module importable beside the current one") from None
+        other = self.targets[ref].for_backend(self.backend.name)
+        return Job(self.backend, other, job.case, job.case_id, job.key)
+
     def check(self, case: CaseRef, configs: Sequence[tuple[str, Mapping[str, Value]]]) -> list[str]:
         job = self.job(case)
         notes = []
@@ -203,11 +217,15 @@ class _Service:
             self.backend.release()
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None, stop: Stop | None) -> ABResult:
-        job = self.job(case)
+           source_b: str | None, stop: Stop | None, *, target_b: TargetRef | None = None) -> ABResult:
+        job = job_b = self.job(case)
+        if target_b is not None:
+            job_b = self._other_launcher(job, target_b)
+            # Its own source text, named: the fixture then counts B's check apart from A's own.
+            source_b = job_b.target.source_text(self.backend.name) if source_b is None else source_b
         try:
             sets_a, flush = timing_sets(job, a, case.seed, repro=case.repro, cache=self.fixtures, cfg=self.cfg)
-            sets_b, _ = timing_sets(job, b, case.seed, repro=case.repro, source=source_b, cache=self.fixtures,
+            sets_b, _ = timing_sets(job_b, b, case.seed, repro=case.repro, source=source_b, cache=self.fixtures,
                                      cfg=self.cfg)
             return measure_ab(self.backend, sets_a, sets_b, self.cfg, flush=flush, stop=stop)
         finally:
@@ -249,7 +267,8 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
             elif kind == "time":
                 answer = service.time(*args)
             else:
-                answer = service.ab(*args)
+                case, a, b, source_b, stop, target_b = args
+                answer = service.ab(case, a, b, source_b, stop, target_b=target_b)
         except KtuneError as exc:
             # A failed launch can leave the device's context unusable; a device limit is checked before.
             fatal = isinstance(exc, LaunchError) and not isinstance(exc, LimitError)

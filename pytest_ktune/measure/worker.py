@@ -52,6 +52,9 @@ class TargetRef:
     file: str
     name: str
     sys_path: tuple[str, ...]
+    # ``file`` is a copy of the module (a commit's version, ``gate.snapshot``), loaded from that file under
+    # the alias ``module``, beside the current module; never looked up by name.
+    copy: bool = False
 
     @classmethod
     def of(cls, target: Target) -> TargetRef:
@@ -118,23 +121,43 @@ class ABOutcome:
     stopped: tuple[str, ...] = ()
 
 
+class NoSuchTarget(LookupError):
+    """The module imported, but declares no target of that name."""
+
+
 def import_target(ref: TargetRef) -> Target:
+    """The target ``ref`` names, its module imported once per process (a copy loaded from its file);
+    NoSuchTarget where the module has no such target."""
     for p in reversed(ref.sys_path):
         if p not in sys.path:
             sys.path.insert(0, p)
-    try:
-        module = sys.modules.get(ref.module) or importlib.import_module(ref.module)
-    except ImportError:
-        spec = importlib.util.spec_from_file_location(ref.module, ref.file)
-        if spec is None or spec.loader is None:
-            raise
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[ref.module] = module
-        spec.loader.exec_module(module)
+    module = sys.modules.get(ref.module)
+    if module is None and ref.copy:
+        module = _load_file(ref.module, ref.file)
+    elif module is None:
+        try:
+            module = importlib.import_module(ref.module)
+        except ImportError:
+            module = _load_file(ref.module, ref.file)
     for value in vars(module).values():
         if isinstance(value, Target) and value.name == ref.name:
             return value
-    raise LookupError(f"no target named {ref.name} in {ref.file}")
+    raise NoSuchTarget(f"no target named {ref.name} in {ref.file}")
+
+
+def _load_file(name: str, file: str) -> Any:
+    """The module in ``file``, executed as ``name`` (and kept in ``sys.modules`` only where it ran)."""
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{file} is not a Python module", name=name)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
 
 
 class _Evaluator:

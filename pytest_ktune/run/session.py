@@ -212,9 +212,11 @@ class Session:
         if not self.settings.strict:
             return result
         if result.verdict == UNJUDGED:
+            fix = (f"make {self.base.name}'s version of it loadable here, or name another --ktune-base"
+                   if self.base is not None else
+                   "commit the source the baseline was recorded from, or run with --ktune-base REF")
             return replace(result, failure=(
-                f"{where}: {result.note}. --ktune-strict fails a changed case that nothing can judge: commit the "
-                "source the baseline was recorded from, or run with --ktune-base REF"))
+                f"{where}: {result.note}. --ktune-strict fails a changed case that nothing can judge: {fix}"))
         if result.verdict == NO_BASELINE and self.base is None and self._machine_recorded(device):
             return replace(result, verdict=MISSING, failure=(
                 f"{where}: no baseline of this case on this machine, which has baselines of other cases. "

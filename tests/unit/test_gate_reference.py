@@ -23,6 +23,7 @@ from pytest_ktune.gate.verdict import DRIFT, NO_BASELINE, REGRESSION, Gate, Gate
 from pytest_ktune.measure.ab import MAX_SAMPLES, ABResult, Stop
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import CaseRef
+from pytest_ktune.measure.worker import TargetRef
 
 from ._fakes import FAKE_DEVICE
 
@@ -45,6 +46,8 @@ class FakeMeasurer:
     slower_sources: Mapping[str, float] = field(default_factory=dict)  # a source text's extra factor
     abs_run: list[tuple[dict[str, Value], dict[str, Value], str | None]] = field(default_factory=list)
     current_source: str = SOURCE
+    targets_b: list[TargetRef | None] = field(default_factory=list)  # B's whole target, per A/B (None: A's launcher)
+    slower_launchers: Mapping[str, float] = field(default_factory=dict)  # B's factor, by its module's file
 
     def _cost(self, params: Mapping[str, Value], source: str | None) -> float:
         factor = self.slower_sources.get(source if source is not None else self.current_source, 1.0)
@@ -66,9 +69,11 @@ class FakeMeasurer:
         return _m(self._cost(params, None))
 
     def ab(self, case: CaseRef, a: Mapping[str, Value], b: Mapping[str, Value],
-           source_b: str | None, stop: Stop | None = None) -> ABResult:
+           source_b: str | None, stop: Stop | None = None, *, target_b: TargetRef | None = None) -> ABResult:
         self.abs_run.append((dict(a), dict(b), source_b))
-        return ABResult(a=_m(self._cost(a, None)), b=_m(self._cost(b, source_b)), stopped=MAX_SAMPLES)
+        self.targets_b.append(target_b)
+        factor = self.slower_launchers.get(target_b.file, 1.0) if target_b is not None else 1.0
+        return ABResult(a=_m(self._cost(a, None)), b=_m(self._cost(b, source_b) * factor), stopped=MAX_SAMPLES)
 
 
 def _git(repo: Path, *args: str) -> str:
