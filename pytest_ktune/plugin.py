@@ -216,7 +216,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         text = file_path.read_text(errors="replace")
     except OSError:
         return None
-    if "ktune" not in text or ".target(" not in text:
+    from pytest_ktune.core.discover import defines_targets
+
+    if not defines_targets(text):
         return None
     from pytest_ktune.items import KtuneModule
 

@@ -274,10 +274,8 @@ def add_parser(sub: Any) -> None:
 def _agent_proposer(args: Any) -> Proposer | None:
     """The agent as a proposer, when a model is configured (``--model`` or the environment the agent
     reads: OPENAI_BASE_URL and the model); None turns it off."""
-    try:
-        from pytest_ktune.agent._proposer import make_proposer
-    except ImportError:
-        return None
+    from pytest_ktune.agent._proposer import make_proposer
+
     proposer: Proposer | None = make_proposer(model=args.model, root=args.root.resolve())
     return proposer
 
