@@ -38,6 +38,7 @@ from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import cases_by_key, key_label, key_string
+from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
@@ -67,9 +68,9 @@ class AgentSettings:
     """The model (None: the agent is off) and the loop's bounds."""
 
     model: ModelSettings | None
-    iterations: int = 12
-    wall_s: float = 1800.0  # the whole run: model calls, checks, searches and the comparison
-    memory_mb: int = 8192  # resident memory of this process and its workers
+    iterations: int = DEFAULTS.agent_iterations
+    wall_s: float = DEFAULTS.agent_wall  # the whole run: model calls, checks, searches and the comparison
+    memory_mb: int = DEFAULTS.agent_memory  # resident memory of this process and its workers
     max_failed_proposals: int = 4
     max_bad_replies: int = 3
     compare_rounds: int = 3

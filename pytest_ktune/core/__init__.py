@@ -1,4 +1,4 @@
-"""The core: targets, spaces, cases, dtypes, includes, keys, the params file and where it is, git
+"""The core: the option table (every option of a run, its type and its one default), targets, spaces, cases, dtypes, includes, keys, the params file and where it is, git
 queries, discovery, errors, and the one helper of each kind (atomic writes, text formatting,
 redaction, launch arithmetic, the built-in names).
 

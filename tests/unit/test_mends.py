@@ -78,7 +78,7 @@ def test_templatize_says_when_its_own_modules_fail_to_import(monkeypatch: pytest
     monkeypatch.delitem(sys.modules, "pytest_ktune.agent._proposer", raising=False)
     monkeypatch.setattr(builtins, "__import__", refuse)
     with pytest.raises(ImportError, match="make_proposer"):
-        _templatize._agent_proposer(SimpleNamespace(model=None, root=Path()))
+        _templatize._agent_proposer(None, Path())
 
 
 def test_the_rule_based_templater_keeps_the_runs_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
