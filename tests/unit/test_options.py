@@ -133,3 +133,49 @@ def test_an_option_is_one_row() -> None:
         int, 3, "--ktune-warmup-runs", "ktune_warmup_runs", "KTUNE_WARMUP_RUNS", "--warmup-runs")
     assert row.parse("5", "KTUNE_WARMUP_RUNS") == 5
     assert [r.name for r in _rows(Wider)][:-1] == [o.name for o in OPTIONS]  # in the table's order
+
+
+def _project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str) -> Path:
+    _clean_env(monkeypatch)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "pyproject.toml").write_text(f"[tool.ktune]\n{table}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_templatize_reads_the_runs_options_as_a_tune_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune import cli
+    from pytest_ktune.agent import _templatize
+
+    root = _project(tmp_path, monkeypatch, "agent-wall = 5\nagent-memory = 512\n")
+    (root / "k.cl").write_text("__kernel void k() {}\n")
+    monkeypatch.setenv("KTUNE_TRIALS", "9")
+    seen: dict[str, Any] = {}
+
+    def fake(kernel: Path, target: str, **kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return dataclasses.make_dataclass("R", [("written", tuple)])(written=())
+
+    monkeypatch.setattr(_templatize, "templatize", fake)
+    monkeypatch.setattr(_templatize, "_agent_proposer", lambda model, root: seen.update(model=model))
+    assert cli.main(["templatize", "k.cl", "--target", "k", "--memory", "256", "--model", "m1"]) == 1
+    s = seen["settings"]
+    assert (s.trials, s.wall_s, s.memory_mb, s.trial_timeout_s, seen["model"]) == (9, 5.0, 256, DEFAULTS.trial_timeout,
+                                                                                  "m1")
+    assert seen["root"] == root.resolve()
+
+
+def test_record_reads_the_runs_backend_and_trial_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune import cli
+    from pytest_ktune.lab import record
+
+    _project(tmp_path, monkeypatch, "trial-timeout = 7\n")
+    monkeypatch.setenv("KTUNE_BACKEND", "opencl")
+    seen: dict[str, Any] = {}
+
+    def fake(root: Path, names: Any, backend: str, key: Any, **kwargs: Any) -> None:
+        seen.update(backend=backend, settings=kwargs["settings"])
+
+    monkeypatch.setattr(record, "run_record", fake)
+    assert cli.main(["record", "--key", "N=1"]) == 0
+    assert (seen["backend"], seen["settings"].trial_timeout_s) == ("opencl", 7.0)
