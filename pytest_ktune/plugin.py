@@ -233,7 +233,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     line = s.finish()
     if line:
         session.config.stash[FINISH_KEY] = line
-    reports, written = _write_reports(session.config, s)
+    reports, written = _write_reports(s)
     session.config.stash[REPORTS_KEY] = reports
     undelivered = s.updates or (s.tuning is not None and s.tuning.undelivered is not None) or not written
     if undelivered and session.exitstatus == pytest.ExitCode.OK:
@@ -242,9 +242,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _write_reports(config: pytest.Config, s: Any) -> tuple[list[str], bool]:
-    """Write the reports asked for on the command line; a line for the terminal about each, and
-    whether every one was written."""
+def _write_reports(s: Any) -> tuple[list[str], bool]:
+    """Write the reports the run's settings name (``Settings.reports``); a line for the terminal about
+    each, and whether every one was written."""
     from pytest_ktune.core.errors import KtuneError
     from pytest_ktune.report import benchjson, junit, markdown
 
