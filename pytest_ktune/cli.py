@@ -262,7 +262,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         device = tuning.outcomes[0].device if tuning.outcomes else ""
         try:
             junit_report.write(junit, RunResults(root=root, backend=backend, device=device,
-                                                       outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+                                                 outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
         except (OSError, KtuneError) as exc:
             print(f"error: the JUnit report was NOT written to {junit}: {exc}", file=sys.stderr)
             return 1
