@@ -18,27 +18,30 @@ if TYPE_CHECKING:
     from pytest_ktune.core.project import Located
     from pytest_ktune.core.target import Target
     from pytest_ktune.report.results import ItemOutcome
-    from pytest_ktune.run.options import RunOptions
+    from pytest_ktune.run.config import RunOptions
 
 
 _SHARED = ("params", "backend", "trials", "tune_timeout", "sampler", "storage", "seed", "trial_timeout")
 
 
-def _add(p: argparse.ArgumentParser, *names: str) -> None:
-    """The options of pytest's ``--ktune-NAME`` as ``--NAME``, with the same meaning and help (run.config);
-    each None when not given, so that the environment and the project's files can fill it in."""
-    from pytest_ktune.run.config import BY_NAME, cli_text, help_text
+def _add(p: argparse.ArgumentParser, *names: str, flags: Mapping[str, str] | None = None) -> None:
+    """The options of pytest's ``--ktune-NAME`` as ``--NAME`` (or a command's own flag in ``flags``), with
+    the same meaning, default and help (``core.options``); each None when not given, so that the
+    environment and the project's files can fill it in (``_options``)."""
+    from pytest_ktune.core.options import BY_NAME
+    from pytest_ktune.run.config import cli_text, help_text
 
     for name in names:
         o = BY_NAME[name]
         where = f"{o.flag} under pytest" + (f"; env: {o.env_name}" if o.env else "") + f"; file: {o.name}"
-        text = help_text(o, where, words=cli_text)
+        text = help_text(o, where, words=lambda t: cli_text(t, flags))
+        flag = (flags or {}).get(name, o.cli_flag)
         aliases = ("--timeout",) if name == "tune_timeout" else ()  # its name before it matched pytest's
         if o.kind is bool:
-            p.add_argument(o.cli_flag, *aliases, dest=name, action="store_true", default=None, help=text)
+            p.add_argument(flag, *aliases, dest=name, action="store_true", default=None, help=text)
         else:
             convert: Callable[[str], Any] = o.kind
-            p.add_argument(o.cli_flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert, help=text)
+            p.add_argument(flag, *aliases, dest=name, default=None, metavar=o.metavar, type=convert, help=text)
 
 
 _ROOT_HELP = ("the project's folder (as pytest's --rootdir): .ktune/ and the params file are found there, pytest's "
@@ -84,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     worker.add_argument("--study", action="append", default=None, metavar="NAME",
                         help="a study name to join (default: every pytest-ktune study in the storage)")
     _tune_options(worker)
-    lab.add_parsers(sub, _project)
+    lab.add_parsers(sub, _project, _add)
     report = sub.add_parser("report", help="one self-contained HTML page of the project: what regressed, improved "
                                            "or drifted; each kernel's time across commits; its tuning studies' plots")
     _project(report, path=True)
@@ -114,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     _add(export, "params")
     from pytest_ktune.agent import add_templatize_parser
 
-    add_templatize_parser(sub)
+    add_templatize_parser(sub, lambda p, *names: _add(p, *names, flags=_TEMPLATIZE_FLAGS))
     return ap
 
 
@@ -141,28 +144,30 @@ def _located(args: argparse.Namespace) -> Located:
     return found
 
 
-def _options(args: argparse.Namespace, *, tune: bool) -> RunOptions:
+def _options(args: argparse.Namespace, *, tune: bool = False, located: Located | None = None) -> RunOptions:
     """The command's arguments, merged with the environment and the project's files (``run.config``), as
-    the options of one run: the same as pytest's (``run.options``)."""
-    from pytest_ktune.run.config import OPTIONS, project_files, resolve
-    from pytest_ktune.run.options import run_options
+    the options of one run: the same as pytest's. Merged once per command: every part of it reads them."""
+    from pytest_ktune.core.options import OPTIONS
+    from pytest_ktune.run.config import project_files, resolve
 
-    located = _located(args)
+    cached: RunOptions | None = getattr(args, "run_options", None)
+    if cached is not None:
+        return replace(cached, tune=tune and not cached.autotune)
+    found = located or _located(args)
     given = {o.name: getattr(args, o.name, None) for o in OPTIONS}
     if getattr(args, "no_write", False):
         given["write"] = "none"
-    given["tune"] = tune and not getattr(args, "autotune", False)
-    resolved = resolve(given, project_files(located.rootdir, located))
-    opts = run_options(resolved, root=located.rootdir, command="ktune " + " ".join(sys.argv[1:]))
+    opts = resolve(given, project_files(found.rootdir, found), root=found.rootdir,
+                   command="ktune " + " ".join(sys.argv[1:]))
+    args.run_options = opts
     return replace(opts, tune=tune and not opts.autotune)
 
 
 def _params_path(args: argparse.Namespace) -> Path:
     """The params file of the command's project, by ``core.paths``' rule."""
-    from pytest_ktune.core.paths import params_path
+    from pytest_ktune.run.options import run_params_path
 
-    opts = _options(args, tune=False)
-    return params_path(opts.root, explicit=opts.params, root=opts.root, configured=opts.params_configured)
+    return run_params_path(_options(args))
 
 
 def _say_project(args: argparse.Namespace, params: Path | None = None) -> None:
@@ -249,15 +254,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if line:
         print(f"ktune: {cli_text(line)}", file=sys.stderr if tuning.undelivered else sys.stdout)
     failures += tuning.undelivered is not None
-    junit = _options_value(args, "junit")
+    junit = settings.reports.junit
     if junit:
         from pytest_ktune.report import junit as junit_report
         from pytest_ktune.report.results import RunResults
 
         device = tuning.outcomes[0].device if tuning.outcomes else ""
         try:
-            junit_report.write(Path(junit), RunResults(root=root, backend=backend, device=device,
-                                                       outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
+            junit_report.write(junit, RunResults(root=root, backend=backend, device=device,
+                                                 outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
         except (OSError, KtuneError) as exc:
             print(f"error: the JUnit report was NOT written to {junit}: {exc}", file=sys.stderr)
             return 1
@@ -275,15 +280,6 @@ def _refuse_a_stray_params_file(args: argparse.Namespace, params: Path, write: s
                      f"pytest settings there or above it, so --write {write} would create a stray {params.name} there",
                      hint="give the project's folder (as to pytest: ktune tune example_project ...), or --root DIR "
                           "to make DIR the project, or --params PATH")
-
-
-def _options_value(args: argparse.Namespace, name: str) -> Any:
-    """One option's value as ``run.config`` resolves it for this command."""
-    from pytest_ktune.run.config import OPTIONS, project_files, resolve
-
-    located = _located(args)
-    return resolve({o.name: getattr(args, o.name, None) for o in OPTIONS},
-                   project_files(located.rootdir, located))[name]
 
 
 def _tune_outcome(target: Target, key: dict[str, Any], root: Path, outcome: str, duration_s: float, *,
@@ -385,7 +381,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     points = history.params_history(path) + history.benchmark_history(args.history)
     studies = history.study_plots(root / ".ktune" / "reports")
     out = (args.out or root / ".ktune" / "report.html").resolve()
-    threshold = Threshold.parse(_options(args, tune=False).threshold).fraction  # the project's, as its gate's
+    threshold = Threshold.parse(_options(args).threshold).fraction  # the project's, as its gate's
     page.write(out, root.name, points, studies, threshold=threshold)
     targets = len({p.target for p in points} | {s.target for s in studies})
     print(f"ktune: wrote the report to {out} ({targets} targets, {len(points)} timings, {len(studies)} studies)")
@@ -398,7 +394,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     _say_project(args)
     root = args.root
-    url = _options_value(args, "storage")
+    url = _options(args).storage
     journal = root / ".ktune" / "studies.journal"
     if url is None and not journal.is_file():
         raise KtuneError(f"no studies under {root / '.ktune'} yet",
@@ -422,12 +418,17 @@ def _run(args: argparse.Namespace) -> int:
         if args.command in ("record", "bench-search"):
             _say_project(args)
             root = args.root
-        return lab.run(args, root)
+        return lab.run(args, root, _options(args) if args.command == "record" else None)
     if args.command == "templatize":
         from pytest_ktune.agent import run_templatize
+        from pytest_ktune.core.project import locate
         from pytest_ktune.run.config import cli_text
 
-        return run_templatize(args, words=lambda text: cli_text(text, _TEMPLATIZE_FLAGS))
+        # the project is the kernel file's, as pytest would find it from there (or --root)
+        found = locate([args.kernel], Path.cwd(), rootdir=args.root)
+        args.root = found.rootdir
+        return run_templatize(args, _options(args, located=found),
+                              words=lambda text: cli_text(text, _TEMPLATIZE_FLAGS))
     command: Callable[[argparse.Namespace], int] = {
         "tune": cmd_tune, "worker": cmd_worker, "report": cmd_report, "dashboard": cmd_dashboard,
         "export": cmd_export}[args.command]

@@ -9,15 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import Any, TextIO, cast
 
 import pytest
 
-if TYPE_CHECKING:
-    from pytest_ktune.run.config import Resolved
-
 FINISH_KEY = pytest.StashKey[str]()
-CONFIG_KEY: pytest.StashKey[Resolved] = pytest.StashKey()
 REPORTS_KEY = pytest.StashKey[list[str]]()
 
 
@@ -30,7 +26,8 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from pytest_ktune.run.config import OPTIONS, help_text
+    from pytest_ktune.core.options import OPTIONS
+    from pytest_ktune.run.config import help_text
 
     group = parser.getgroup("ktune", "kernel correctness, timing and regression gate (pytest-ktune)")
     for o in OPTIONS:
@@ -51,7 +48,7 @@ def _enabled(config: pytest.Config) -> bool:
     """``--ktune``, or ``ktune = true`` in pytest's ini file."""
     if config.getoption("ktune"):
         return True
-    from pytest_ktune.run.config import BY_NAME, OptionError
+    from pytest_ktune.core.options import BY_NAME, OptionError
 
     try:
         return bool(BY_NAME["ktune"].parse(config.getini("ktune"), f"ktune in {config.inipath}"))
@@ -70,20 +67,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.option.ktune = True  # the ini key alone switched it on: the other hooks ask the option
     _refuse_xdist(config)
     from pytest_ktune.core.errors import BackendUnavailable, KtuneError
+    from pytest_ktune.core.options import OPTIONS
     from pytest_ktune.items import SESSION_KEY, OutcomeRecorder
-    from pytest_ktune.run.config import OPTIONS, ConfigFiles, ktune_table, resolve
-    from pytest_ktune.run.options import build, run_options
+    from pytest_ktune.run.config import ConfigFiles, ktune_table, resolve
+    from pytest_ktune.run.options import build
     from pytest_ktune.run.session import Session
 
     try:
         table, table_path = ktune_table(Path(config.rootpath))
         files = ConfigFiles(ini={o.ini: config.getini(o.ini) for o in OPTIONS}, ini_path=config.inipath,
                             table=table, table_path=table_path)
-        resolved = resolve({o.name: config.getoption(_dest(o.name)) for o in OPTIONS}, files,
-                           cwd=Path(config.invocation_params.dir))
-        options = run_options(resolved, root=Path(config.rootpath),
-                              command=" ".join(["pytest", *config.invocation_params.args]))
-        if resolved["benchmark_json"]:
+        options = resolve({o.name: config.getoption(_dest(o.name)) for o in OPTIONS}, files,
+                          root=Path(config.rootpath), command=" ".join(["pytest", *config.invocation_params.args]),
+                          cwd=Path(config.invocation_params.dir))
+        if options.benchmark_json:
             from pytest_ktune.report.benchjson import require
 
             require()  # asked for, it must be deliverable: say so now, not after the run
@@ -92,7 +89,6 @@ def pytest_configure(config: pytest.Config) -> None:
         session = Session(replace(build(options, config.hook), progress=progress))
     except KtuneError as exc:
         raise pytest.UsageError(exc.render()) from None
-    config.stash[CONFIG_KEY] = resolved
     try:
         session.start()  # fail closed: a backend that cannot run is an error, before any item runs
     except BackendUnavailable as exc:
@@ -174,7 +170,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     session = session_of(config)
     assert session is not None
     s = session.settings
-    origin = config.stash[CONFIG_KEY].origin("threshold")
+    origin = s.origin("threshold")
     given = "" if origin in ("default", "command line") else f" (from {origin})"
     params = s.params_path
     if params.is_absolute() and params.is_relative_to(config.rootpath):
@@ -216,7 +212,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
         text = file_path.read_text(errors="replace")
     except OSError:
         return None
-    if "ktune" not in text or ".target(" not in text:
+    from pytest_ktune.core.discover import defines_targets
+
+    if not defines_targets(text):
         return None
     from pytest_ktune.items import KtuneModule
 
@@ -235,7 +233,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     line = s.finish()
     if line:
         session.config.stash[FINISH_KEY] = line
-    reports, written = _write_reports(session.config, s)
+    reports, written = _write_reports(s)
     session.config.stash[REPORTS_KEY] = reports
     undelivered = s.updates or (s.tuning is not None and s.tuning.undelivered is not None) or not written
     if undelivered and session.exitstatus == pytest.ExitCode.OK:
@@ -244,23 +242,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def _write_reports(config: pytest.Config, s: Any) -> tuple[list[str], bool]:
-    """Write the reports asked for on the command line; a line for the terminal about each, and
-    whether every one was written."""
+def _write_reports(s: Any) -> tuple[list[str], bool]:
+    """Write the reports the run's settings name (``Settings.reports``); a line for the terminal about
+    each, and whether every one was written."""
     from pytest_ktune.core.errors import KtuneError
     from pytest_ktune.report import benchjson, junit, markdown
 
     lines = []
     ok = True
     run = s.results_for_reports()
-    resolved = config.stash[CONFIG_KEY]
-    for what, option, write in (("JUnit report", "junit", junit.write),
-                                ("benchmark JSON", "benchmark_json", benchjson.write),
-                                ("markdown summary", "markdown", markdown.write)):
-        value = resolved[option]
-        if not value:
+    paths = s.settings.reports
+    for what, path, write in (("JUnit report", paths.junit, junit.write),
+                              ("benchmark JSON", paths.benchmark_json, benchjson.write),
+                              ("markdown summary", paths.markdown, markdown.write)):
+        if path is None:
             continue
-        path = Path(value)
         try:
             write(path, run)
         except (OSError, ValueError, KtuneError) as exc:

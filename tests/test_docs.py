@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pytest_ktune.core.names import DEFAULT_WRITE
+from pytest_ktune.core.options import OPTIONS, Option
 from pytest_ktune.core.paths import ENV as PARAMS_ENV
-from pytest_ktune.run.config import OPTIONS, Option
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/guide.md", "docs/ci-recipe.md")}
@@ -118,3 +118,33 @@ def test_every_option_and_variable_the_docs_name_exists(doc: str) -> None:
     known = {o.env_name for o in OPTIONS if o.env} | OTHER_VARIABLES
     for name in set(re.findall(r"KTUNE_[A-Z0-9_]*[A-Z0-9]", text)):
         assert name in known, f"{doc} names {name}, which nothing reads"
+
+
+_LAYERS = "core|backends|measure|gate|tuner|report|agent|lab|writeback|run|items|plugin|cli|hookspecs|testing"
+
+
+def _names_nothing(dotted: str) -> bool:
+    """Whether ``dotted`` (``run.config.resolve``) names no module, class, function or attribute of the package."""
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module("pytest_ktune." + ".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            if not hasattr(obj, attr):
+                return True
+            obj = getattr(obj, attr)
+        return False
+    return True
+
+
+def test_every_module_the_architecture_names_exists() -> None:
+    # The map's walks name modules and functions (`run.config.resolve`); a rename leaves none behind.
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(re.findall(rf"`((?:{_LAYERS})(?:\.\w+)+)`", text))
+    assert {"run.config.resolve", "gate.verdict.Gate.judge"} <= named
+    assert sorted(n for n in named if not n.endswith(".py") and _names_nothing(n)) == []
+    assert _names_nothing("run.config.merge_everything")

@@ -9,7 +9,7 @@ from an LLM agent (``_loop``), or from a user; every one is checked in the isola
 The names below are the agent's interface to the rest of the package; its modules are private.
 They load on first use, so naming the package costs nothing.
 
-May import: core, backends, measure, gate, tuner, report.
+May import: core, backends, measure, gate, tuner (not report, nor its siblings lab and writeback).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,14 +38,14 @@ from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import cases_by_key, key_label, key_string
+from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.verified import how_verified
-from pytest_ktune.measure.bench import mann_whitney_greater
 from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
-from pytest_ktune.tuner.decide import ALPHA, MIN_GAIN
+from pytest_ktune.tuner.decide import SideBySide, weigh
 
 SYSTEM = """You tune one GPU kernel for pytest-ktune. Work only through the tools.
 Method: rewrite the kernel into an explicitly parameterised template (block size, vector width, items per
@@ -67,9 +68,9 @@ class AgentSettings:
     """The model (None: the agent is off) and the loop's bounds."""
 
     model: ModelSettings | None
-    iterations: int = 12
-    wall_s: float = 1800.0  # the whole run: model calls, checks, searches and the comparison
-    memory_mb: int = 8192  # resident memory of this process and its workers
+    iterations: int = DEFAULTS.agent_iterations
+    wall_s: float = DEFAULTS.agent_wall  # the whole run: model calls, checks, searches and the comparison
+    memory_mb: int = DEFAULTS.agent_memory  # resident memory of this process and its workers
     max_failed_proposals: int = 4
     max_bad_replies: int = 3
     compare_rounds: int = 3
@@ -280,10 +281,9 @@ def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int,
                     samples.setdefault(t.case_id, []).extend(t.samples)
     a_us = sorted(medians_a)[len(medians_a) // 2] * 1e6
     b_us = sorted(medians_b)[len(medians_b) // 2] * 1e6
-    slower = [c for c in samples_a if mann_whitney_greater(samples_b[c], samples_a[c]) < ALPHA
-              and b_us > a_us * (1 + MIN_GAIN)]
-    faster = [c for c in samples_a if mann_whitney_greater(samples_a[c], samples_b[c]) < ALPHA]
-    ok = not slower and bool(faster) and b_us < a_us * (1 - MIN_GAIN)
+    w = weigh([SideBySide(c, samples_a[c], statistics.median(samples_a[c]), samples_b[c],
+                          statistics.median(samples_b[c])) for c in samples_a], a_us, b_us)
+    slower, ok = w.slower, w.accepted
     if ok:
         note = f"x{a_us / b_us:.2f} faster than the base kernel, side by side"
     elif slower:
@@ -410,13 +410,14 @@ AGENT_OFF = ("agent: off (no model configured: set --ktune-model or KTUNE_MODEL,
              "OPENAI_API_KEY); the rule-based templater runs instead")
 
 
-def rules_fallback(bench: Bench, *, write: bool, dest: Path | None = None) -> AgentResult:
+def rules_fallback(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path | None = None) -> AgentResult:
     """What ``--ktune-agent`` does with no model: the rule-based template, verified, searched, compared
-    with the base kernel side by side, and written only if faster (with ``write``)."""
+    with the base kernel side by side, and written only if faster (with ``write``); within the run's
+    budgets (``settings``: wall time, memory, the checking tools), as the model's loop is."""
 
     base = bench.base
+    settings.check()
     device = backends.create(bench.backend).device
-    settings = AgentSettings(model=None)
     budget = Budget(settings.wall_s, settings.memory_mb)
     tools = Workbench(bench, device, measure_base, budget=budget)
     try:
@@ -438,7 +439,7 @@ def run_stage(bench: Bench, settings: AgentSettings, *, write: bool) -> AgentRes
     target itself still runs."""
     try:
         if settings.model is None:
-            return rules_fallback(bench, write=write)
+            return rules_fallback(bench, settings, write=write)
         return run_agent(bench, settings, write=write)
     except KtuneError as exc:
         return AgentResult(target=bench.base.name, status="error", stop=exc.message,

@@ -25,10 +25,11 @@ from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import cases_by_key, key_label
 from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.options import DEFAULTS, Options
 from pytest_ktune.core.project import describe, locate
 from pytest_ktune.core.redact import Redactor
 from pytest_ktune.core.target import Target
-from pytest_ktune.measure.tools import ToolPlan
+from pytest_ktune.measure.tools import TOOL_MODES, ToolPlan
 from pytest_ktune.tuner.settings import TuneContext, TuneSettings
 from pytest_ktune.tuner.tune import tune_key
 
@@ -44,11 +45,11 @@ class TemplatizeSettings:
     seed: int = 0
     out: Path | None = None  # default: beside the kernel
     tune: bool = False
-    trials: int = 20
-    trial_timeout_s: float = 60.0
+    trials: int = DEFAULTS.trials
+    trial_timeout_s: float = DEFAULTS.trial_timeout
     max_rounds: int = 4
-    wall_s: float = 1800.0  # the whole command: model calls, checks and tuning
-    memory_mb: int = 8192
+    wall_s: float = DEFAULTS.agent_wall  # the whole command: model calls, checks and tuning
+    memory_mb: int = DEFAULTS.agent_memory
     tools: ToolPlan = field(default_factory=ToolPlan)
 
 
@@ -236,8 +237,9 @@ def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSet
 # -- the command line -----------------------------------------------------------------------------
 
 
-def add_parser(sub: Any) -> None:
-    """``ktune templatize KERNEL --target NAME ...`` on the ``ktune`` command's subparsers."""
+def add_parser(sub: Any, options: Callable[..., None]) -> None:
+    """``ktune templatize KERNEL --target NAME ...`` on the ``ktune`` command's subparsers; ``options(parser,
+    *names)`` adds the run's options of those names (``core.options``), with templatize's own flags."""
     p = sub.add_parser("templatize", help="turn a kernel with hard-coded launch choices into a verified template",
                        description="Turn a kernel with hard-coded launch choices into a verified template. Without "
                                    "--model the rule-based templater runs alone (no model, no network); with "
@@ -253,37 +255,27 @@ def add_parser(sub: Any) -> None:
                    help="auto: from the file's suffix (.cu: cuda, .cl: opencl)")
     p.add_argument("--sample", type=int, default=8,
                    help="configurations checked per proposal besides the default (default 8)")
+    # Its own --backend (auto: from the file's suffix) and --seed (0: the same sample each time); the
+    # budgets, the model and the checking tools are the run's options, read as a tune reads them.
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the inputs and the search (default 0)")
     p.add_argument("--out", type=Path, default=None, help="folder for the template (default: beside the kernel)")
     p.add_argument("--tune", action="store_true", help="search the verified template's space with the tuner")
-    p.add_argument("--trials", type=int, default=20, help="timed trials per key with --tune (default 20)")
-    p.add_argument("--trial-timeout", type=float, default=60.0,
-                   help="seconds one configuration may take (default 60)")
-    p.add_argument("--model", default=None,
-                   help="the model that revises the rule-based proposal, on OpenAI's API (OPENAI_API_KEY) or an "
-                        "OpenAI-compatible endpoint (OPENAI_BASE_URL); default: KTUNE_MODEL, else none: the rule-based "
-                        "templater alone")
     p.add_argument("--max-rounds", type=int, default=4, help="proposals the model may make (default 4)")
-    p.add_argument("--wall", type=float, default=1800.0, help="seconds for the whole command (default 1800)")
-    p.add_argument("--memory", type=int, default=8192, help="MiB of resident memory, workers included (default 8192)")
-    p.add_argument("--tools", default="auto", choices=("auto", "require", "off"),
-                   help="run accepted templates under Oclgrind (OpenCL) or compute-sanitizer (CUDA): auto (where "
-                        "installed, the default), require (a missing tool rejects the template), off")
+    options(p, "trials", "trial_timeout", "model", "agent_wall", "agent_memory", "agent_tools")
 
 
-def _agent_proposer(args: Any) -> Proposer | None:
-    """The agent as a proposer, when a model is configured (``--model`` or the environment the agent
-    reads: OPENAI_BASE_URL and the model); None turns it off."""
-    try:
-        from pytest_ktune.agent._proposer import make_proposer
-    except ImportError:
-        return None
-    proposer: Proposer | None = make_proposer(model=args.model, root=args.root.resolve())
+def _agent_proposer(model: str | None, root: Path) -> Proposer | None:
+    """The agent as a proposer, when a model is configured (``--model``, ``KTUNE_MODEL``, the project's
+    files, or the environment the agent reads: OPENAI_BASE_URL and the model); None turns it off."""
+    from pytest_ktune.agent._proposer import make_proposer
+
+    proposer: Proposer | None = make_proposer(model=model, root=root.resolve())
     return proposer
 
 
-def run_cli(args: Any, words: Callable[[str], str] | None = None) -> int:
-    """``ktune templatize``: 0 when a verified template was written, 1 when none verified."""
+def run_cli(args: Any, options: Options, words: Callable[[str], str] | None = None) -> int:
+    """``ktune templatize``: 0 when a verified template was written, 1 when none verified; ``options``:
+    the run's options as the ``ktune`` command merged them (``run.config``)."""
     backend = args.backend
     if backend == "auto":
         suffix = args.kernel.suffix.lower()
@@ -291,17 +283,19 @@ def run_cli(args: Any, words: Callable[[str], str] | None = None) -> int:
             raise KtuneError(f"cannot tell the backend of {args.kernel} from its suffix",
                              hint="pass --backend cuda or --backend opencl")
         backend = "cuda" if suffix == ".cu" else "opencl"
-    if args.sample < 0 or args.trials < 1 or args.max_rounds < 0 or args.wall <= 0 or args.memory <= 0:
-        raise KtuneError("--sample must be 0 or more, --trials 1 or more, --max-rounds 0 or more, --wall and "
-                         "--memory positive", hint="e.g. --sample 8 --trials 20")
+    o = options
+    if args.sample < 0 or o.trials < 1 or args.max_rounds < 0 or o.agent_wall <= 0 or o.agent_memory <= 0 \
+            or o.trial_timeout <= 0:
+        raise KtuneError("--sample must be 0 or more, --trials 1 or more, --max-rounds 0 or more, --wall, "
+                         "--memory and --trial-timeout positive", hint="e.g. --sample 8 --trials 20")
+    if o.agent_tools not in TOOL_MODES:
+        raise KtuneError(f"--tools {o.agent_tools!r} is not a mode", hint=f"give one of {', '.join(TOOL_MODES)}")
     settings = TemplatizeSettings(backend=backend, sample=args.sample, seed=args.seed, out=args.out,
-                                  tune=args.tune, trials=args.trials, trial_timeout_s=args.trial_timeout,
-                                  max_rounds=args.max_rounds, wall_s=args.wall, memory_mb=args.memory,
-                                  tools=ToolPlan(mode=args.tools))
-    if args.root is None:
-        args.root = locate([args.kernel], Path.cwd()).rootdir
+                                  tune=args.tune, trials=o.trials, trial_timeout_s=o.trial_timeout,
+                                  max_rounds=args.max_rounds, wall_s=o.agent_wall, memory_mb=o.agent_memory,
+                                  tools=ToolPlan(mode=o.agent_tools))
     print(f"ktune: {describe(locate([], Path.cwd(), rootdir=args.root), None, Path.cwd())}", file=sys.stderr,
           flush=True)
     result = templatize(args.kernel, args.target, root=args.root.resolve(), settings=settings,
-                        proposer=_agent_proposer(args), words=words)
+                        proposer=_agent_proposer(o.model, args.root), words=words)
     return 0 if result.written else 1

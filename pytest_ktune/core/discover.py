@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
@@ -39,6 +40,32 @@ def project_folders(root: Path) -> list[Path]:
     return found
 
 
+_PACKAGES = ("ktune", "pytest_ktune")
+
+
+def defines_targets(text: str) -> bool:
+    """Whether a Python file's text may define a target: it calls ktune's ``target`` however it was
+    imported (``import ktune``, ``import pytest_ktune as k``, ``from ktune import target as t``).
+    Read, not imported, so pytest can ask it of every file it collects; a file that does not parse
+    counts, so that importing it says what is wrong."""
+    if "ktune" not in text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return True
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in _PACKAGES:
+            if any(a.name in ("target", "*") for a in node.names):
+                return True
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name.split(".")[0] for a in node.names
+                           if a.name.split(".")[0] in _PACKAGES)
+    return any(isinstance(n, ast.Attribute) and n.attr == "target" and isinstance(n.value, ast.Name)
+               and n.value.id in modules for n in ast.walk(tree))
+
+
 def candidate_files(root: Path, within: Sequence[Path] = ()) -> Iterator[Path]:
     """Python files under ``root`` (under the files and folders ``within``, where given) that look
     like they define a target; a folder below them with a pytest configuration file of its own is
@@ -57,7 +84,7 @@ def candidate_files(root: Path, within: Sequence[Path] = ()) -> Iterator[Path]:
             text = path.read_text(errors="replace")
         except OSError:
             continue
-        if "ktune" in text and ".target(" in text:
+        if defines_targets(text):
             yield path
 
 

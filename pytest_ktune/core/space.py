@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,12 @@ from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.expression import EvaluationError, Expression, ExpressionTooLarge, check_tree
 
 Value = int | float | str | bool
+
+
+def is_number(v: Any) -> bool:
+    """A finite int or float, not a bool (JSON lets NaN and Infinity through; a timing or a key's
+    dimension must not be either)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 Config = Mapping[str, Value]

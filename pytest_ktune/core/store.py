@@ -7,7 +7,6 @@ with sorted keys and records in a stable order so that diffs stay small.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from pytest_ktune.core import git as _git
 from pytest_ktune.core.errors import StoreError
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import key_string
-from pytest_ktune.core.space import Value
+from pytest_ktune.core.space import Value, is_number
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.version import __version__
 
@@ -40,6 +39,15 @@ class Timing:
     ci_high_us: float
     samples: int
     gbps: float | None = None
+
+    @classmethod
+    def of(cls, median_s: float, iqr_s: float, ci_s: tuple[float, float], samples: int,
+           gbps: float | None) -> Timing:
+        """A measurement's statistics (in seconds) as the params file keeps them: microseconds to four
+        decimals, GB/s to three; the one rounding of the gate's baselines and the tuner's records."""
+        return cls(median_us=round(median_s * 1e6, 4), iqr_us=round(iqr_s * 1e6, 4),
+                   ci_low_us=round(ci_s[0] * 1e6, 4), ci_high_us=round(ci_s[1] * 1e6, 4), samples=samples,
+                   gbps=round(gbps, 3) if gbps else None)
 
 
 @dataclass(frozen=True)
@@ -141,11 +149,6 @@ def target_id(target: Target, root: Path) -> str:
     return f"{rel}::{target.name}"
 
 
-def _is_number(v: Any) -> bool:
-    """A finite int or float (JSON lets NaN and Infinity through; a timing must not be either)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _parse_timing(raw: Any, where: str) -> Timing:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not an object")
@@ -154,11 +157,11 @@ def _parse_timing(raw: Any, where: str) -> Timing:
     except TypeError as exc:
         raise ValueError(f"{where}: {exc}") from None
     for name in ("median_us", "iqr_us", "ci_low_us", "ci_high_us"):
-        if not _is_number(getattr(timing, name)):
+        if not is_number(getattr(timing, name)):
             raise ValueError(f"{where}: {name} is {getattr(timing, name)!r}, not a number")
     if not isinstance(timing.samples, int) or isinstance(timing.samples, bool):
         raise ValueError(f"{where}: samples is {timing.samples!r}, not an integer")
-    if timing.gbps is not None and not _is_number(timing.gbps):
+    if timing.gbps is not None and not is_number(timing.gbps):
         raise ValueError(f"{where}: gbps is {timing.gbps!r}, not a number or null")
     return timing
 

@@ -2,4 +2,4 @@
 verdict of one performance item, and the reference it is judged against (a commit's whole target
 where its launcher module changed: ``snapshot``).
 
-May import: core, backends, measure."""
+May import: core, backends, measure (not tuner: the gate and the tuner are siblings)."""

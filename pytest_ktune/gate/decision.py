@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_ktune.core.threshold import Threshold
-from pytest_ktune.measure.ab import Stop
+from pytest_ktune.measure.ab import ALPHA, Stop
 from pytest_ktune.measure.bench import Measurement, mann_whitney_greater
 
 __all__ = ["ALPHA", "Confirmation", "Screen", "Threshold", "confirm", "faster", "screen", "stop_rule"]
@@ -33,9 +33,6 @@ class Confirmation:
     ratio: float
     p_value: float
     confirmed: bool
-
-
-ALPHA = 0.01
 
 
 def stop_rule(threshold: Threshold) -> Stop:

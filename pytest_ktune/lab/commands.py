@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.options import Options
 
 COMMANDS = ("record", "import-landscape", "export-landscape", "bench-search")
 
 
-def add_parsers(sub: Any, project: Any) -> None:
+def add_parsers(sub: Any, project: Any, options: Any) -> None:
     """The lab's subcommands on the ``ktune`` command's subparsers; ``project(parser)`` adds the
-    options that say which project a command runs in (``--root``)."""
+    options that say which project a command runs in (``--root``), ``options(parser, *names)`` the
+    run's options of those names (``core.options``: the same flags, defaults and sources as a tune's)."""
     record = sub.add_parser("record", help="time every feasible configuration of targets for a key: a landscape "
                                            "file for replays and bench-search")
     record.add_argument("targets", nargs="*", metavar="PATH or TARGET",
@@ -44,10 +45,7 @@ def add_parsers(sub: Any, project: Any) -> None:
     record.add_argument("--samples", type=int, default=5, metavar="N",
                         help="timing samples per configuration (default 5; 0: the timer's own default)")
     project(record)
-    record.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS),
-                        help="where to record (default: auto: cuda when a GPU is visible, else opencl)")
-    record.add_argument("--trial-timeout", type=float, default=60.0, metavar="SECONDS",
-                        help="seconds one configuration may take (default 60)")
+    options(record, "backend", "trial_timeout")
     record.add_argument("--seed", type=int, default=0, metavar="N",
                         help="seed of the inputs and of the timing order (default 0)")
     imp = sub.add_parser("import-landscape", help="read Kernel Tuner cache files (.json, .json.gz) as landscapes")
@@ -78,23 +76,27 @@ def add_parsers(sub: Any, project: Any) -> None:
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="processes running seeds side by side (default: one per CPU)")
 
-def run(args: argparse.Namespace, root: Path | None) -> int:
-    """Run the lab's command ``args.command`` (in the project at ``root``: record and bench-search)."""
-    if args.command in ("record", "bench-search"):
+def run(args: argparse.Namespace, root: Path | None, options: Options | None = None) -> int:
+    """Run the lab's command ``args.command`` (in the project at ``root``: record and bench-search;
+    record with the run's ``options`` as the ``ktune`` command merged them)."""
+    if args.command == "record":
+        assert root is not None and options is not None
+        return cmd_record(args, root, options)
+    if args.command == "bench-search":
         assert root is not None
-        return cmd_record(args, root) if args.command == "record" else cmd_bench_search(args, root)
+        return cmd_bench_search(args, root)
     if args.command == "import-landscape":
         return cmd_import_landscape(args)
     return cmd_export_landscape(args)
 
 
-def cmd_record(args: argparse.Namespace, root: Path) -> int:
+def cmd_record(args: argparse.Namespace, root: Path, options: Options) -> int:
     from pytest_ktune.core.keys import parse_key
     from pytest_ktune.lab.record import RecordSettings, parse_bytes, run_record
 
     if args.samples < 0:
         raise KtuneError("--samples must be 0 or more", hint="e.g. --samples 5")
-    settings = RecordSettings(samples=args.samples or None, trial_timeout_s=args.trial_timeout, seed=args.seed)
+    settings = RecordSettings(samples=args.samples or None, trial_timeout_s=options.trial_timeout, seed=args.seed)
     if args.redo is not None:
         from pytest_ktune.lab.record import run_redo
 
@@ -104,13 +106,13 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
         if args.out is not None and (args.out.name.endswith(".json") or args.out.name.endswith(".json.gz")):
             raise KtuneError(f"with --redo, --out names a folder, not a file: {args.out}",
                              hint="leave --out out to write over the files")
-        run_redo(root, args.redo, args.backend, out=args.out, settings=settings,
+        run_redo(root, args.redo, options.backend, out=args.out, settings=settings,
                  stale_only=args.stale_only)
         return 0
     if args.stale_only:
         raise KtuneError("--stale-only goes with --redo", hint="e.g. ktune record --redo landscapes/*.json.gz "
                                                               "--stale-only")
-    run_record(root, args.names, args.backend, parse_key(args.key), keys=args.keys, out=args.out,
+    run_record(root, args.names, options.backend, parse_key(args.key), keys=args.keys, out=args.out,
                settings=settings, max_bytes=parse_bytes(args.max_bytes) if args.max_bytes else None,
                within=args.within)
     return 0

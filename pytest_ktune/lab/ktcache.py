@@ -31,7 +31,7 @@ from typing import Any
 
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.version import __version__
-from pytest_ktune.lab.landscape import FORMAT, CaseTiming, Landscape, LandscapeError, Point
+from pytest_ktune.lab.landscape import FORMAT, CaseTiming, Landscape, LandscapeError, Point, load
 from pytest_ktune.measure.bench import median_ci
 
 KT_FORMAT = "kernel-tuner-cache"
@@ -329,6 +329,4 @@ def is_cache_file(path: Path) -> bool:
 
 def load_any(path: Path, *, device: str | None = None) -> Landscape:
     """A ktune landscape file, or a Kernel Tuner cache file imported (``device`` as in import_cache)."""
-    from pytest_ktune.lab.landscape import load
-
     return import_cache(path, device=device) if is_cache_file(path) else load(path)

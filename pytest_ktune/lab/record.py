@@ -19,6 +19,7 @@ from pytest_ktune import backends
 from pytest_ktune.core.discover import discover, select
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.keys import cases_by_key, key_label, key_matches, key_string
+from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.store import now_utc, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.version import __version__
@@ -34,7 +35,7 @@ class RecordSettings:
     """How to record: samples per point (None: the backend's timer defaults), timeouts, seed."""
 
     samples: int | None = 5
-    trial_timeout_s: float = 60.0
+    trial_timeout_s: float = DEFAULTS.trial_timeout
     seed: int = 0
 
 

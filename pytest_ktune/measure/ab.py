@@ -25,6 +25,10 @@ PRECISE = "precise"  # both medians within ``ci_target``
 MAX_SAMPLES = "max samples"
 TIME_BUDGET = "time budget"
 
+# The significance level of every A/B claim, the gate's and the tuner's alike: "slower" and "faster"
+# each hold at ALPHA (over all the looks of a sequential A/B).
+ALPHA = 0.01
+
 
 @dataclass(frozen=True)
 class Stop:

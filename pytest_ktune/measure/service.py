@@ -20,6 +20,7 @@ from pytest_ktune import backends
 from pytest_ktune.backends.base import DeviceInfo, peak_flops
 from pytest_ktune.core import errors
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
+from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure import compiler_output
@@ -75,7 +76,8 @@ class ItemCrash(KtuneError):
 class MeasureService:
     """The parent's side: one measurement process, started on first use, restarted after a crash."""
 
-    def __init__(self, spec: ServiceSpec, *, item_timeout_s: float = 600.0, start_timeout_s: float = 180.0) -> None:
+    def __init__(self, spec: ServiceSpec, *, item_timeout_s: float = DEFAULTS.item_timeout,
+                 start_timeout_s: float = 180.0) -> None:
         self.spec = spec
         self.item_timeout_s = item_timeout_s
         self._child = ChildProcess(_service_main, (spec,), name="ktune-measure", start_timeout_s=start_timeout_s)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.space import Value
 from pytest_ktune.measure.guards import ENV as GUARD_ENV
 from pytest_ktune.measure.tool_runner import END, START
@@ -259,7 +260,7 @@ TOOL_MODES = ("auto", "require", "off")
 class ToolPlan:
     """Which tools to run: ``mode`` "auto" (those installed), "require" (a missing one is an error) or "off"."""
 
-    mode: str = "auto"
+    mode: str = DEFAULTS.agent_tools
     timeout_s: float = 300.0
     tools: tuple[str, ...] = field(default=())
     log_dir: Path | None = None  # where each tool's whole output is kept (None: nowhere)

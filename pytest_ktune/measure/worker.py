@@ -37,6 +37,7 @@ from pytest_ktune.core.errors import (
 )
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.text import one_line
 from pytest_ktune.measure.ab import Stop, measure_ab
 from pytest_ktune.measure.bench import BenchConfig, measure
 from pytest_ktune.measure.evaluate import FixtureCache, Job, timing_sets, verify_once
@@ -227,7 +228,7 @@ class _Evaluator:
                     except (LaunchError, CompileError):
                         raise
                     except KtuneError as exc:  # each case's verdict, not only the first
-                        failed.append((job.case_id, _one_line(exc.message)))
+                        failed.append((job.case_id, one_line(exc.message)))
                         continue
                     reason = self._limits(launches, resources)
                     if reason:
@@ -246,7 +247,7 @@ class _Evaluator:
             return Outcome(cfg, "infeasible", exc.message, compile_s=compile_s,
                            run_s=time.perf_counter() - t0)
         except (MismatchError, ReferenceShapeError) as exc:
-            return Outcome(cfg, "failed", _one_line(exc.message), compile_s=compile_s,
+            return Outcome(cfg, "failed", one_line(exc.message), compile_s=compile_s,
                            run_s=time.perf_counter() - t0)
         finally:
             self.backend.release()
@@ -298,15 +299,10 @@ class _Evaluator:
                 cand.append(CaseTime(job.case_id, b.median, b.samples, b.ci, b.iqr))
                 stopped.append(r.stopped)
         except KtuneError as exc:
-            return ABOutcome("failed", _one_line(exc.message))
+            return ABOutcome("failed", one_line(exc.message))
         finally:
             self.backend.release()
         return ABOutcome("ok", current=tuple(cur), candidate=tuple(cand), stopped=tuple(stopped))
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 _DETAIL = 20_000  # characters of a compile log an outcome carries
@@ -316,7 +312,7 @@ def _compile_reason(message: str) -> str:
     """The compiler's first error line (not the list of defines that heads the message), on one line."""
     lines = message.splitlines()
     errors = [ln for ln in lines[1:] if "error" in ln.lower()]
-    return "compile error: " + _one_line(errors[0] if errors else message)
+    return "compile error: " + one_line(errors[0] if errors else message)
 
 
 # Candidates of a run are verified on this many input sets per case, in turn. Fresh inputs for every
@@ -365,15 +361,15 @@ def _answer_batch(conn: Any, ev: _Evaluator, configs: Sequence[Mapping[str, Valu
         try:
             out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
         except (LaunchError, CompileError) as exc:
-            conn.send(("outcome", Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)))
+            conn.send(("outcome", Outcome(cfg, "failed", one_line(exc.message), compile_s=secs)))
             if isinstance(exc, LaunchError):
                 return False
             continue
         except KtuneError as exc:
-            out = Outcome(cfg, "failed", _one_line(exc.message), compile_s=secs)
+            out = Outcome(cfg, "failed", one_line(exc.message), compile_s=secs)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}: {traceback.format_exc(limit=2)}"
-            out = Outcome(cfg, "failed", _one_line(text), compile_s=secs)
+            out = Outcome(cfg, "failed", one_line(text), compile_s=secs)
         conn.send(("outcome", out))
     return True
 

@@ -10,9 +10,11 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ktune.core.options import DEFAULTS
+from pytest_ktune.core.threshold import Threshold
 from pytest_ktune.report.history import Point
 
-DEFAULT_THRESHOLD = 0.05  # the gate's default, median:5%
+DEFAULT_THRESHOLD = Threshold.parse(DEFAULTS.threshold).fraction  # the gate's default
 
 
 @dataclass(frozen=True)

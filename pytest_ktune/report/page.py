@@ -25,7 +25,7 @@ from pytest_ktune.core.text import rate
 from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.history import BENCHMARK, Point, StudyPlots, ordered_commits
 from pytest_ktune.report.overview import DEFAULT_THRESHOLD, anchor, overview, section
-from pytest_ktune.report.svg import _YScale
+from pytest_ktune.report.svg import _YScale, coord
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 720, 260, 70, 20, 16, 62
@@ -59,11 +59,6 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _f(v: float) -> str:
-    text = f"{v:.1f}"
-    return text[:-2] if text.endswith(".0") else text
-
-
 def timeline_svg(points: Sequence[Point], commits: Sequence[str]) -> str:
     """A line per device and source of one case's time across ``commits`` (oldest first)."""
     series: dict[tuple[str, str], list[Point]] = {}
@@ -84,13 +79,13 @@ def timeline_svg(points: Sequence[Point], commits: Sequence[str]) -> str:
     parts = [f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
              f'viewBox="0 0 {_W} {height}" role="img">', f'<rect width="{_W}" height="{height}" fill="white"/>']
     for t in scale.ticks:
-        parts.append(f'<line x1="{x0}" y1="{_f(sy(t))}" x2="{x1}" y2="{_f(sy(t))}" stroke="#eee"/>')
-        parts.append(f'<text x="{x0 - 6}" y="{_f(sy(t) + 4)}" font-size="11" text-anchor="end">'
+        parts.append(f'<line x1="{x0}" y1="{coord(sy(t))}" x2="{x1}" y2="{coord(sy(t))}" stroke="#eee"/>')
+        parts.append(f'<text x="{x0 - 6}" y="{coord(sy(t) + 4)}" font-size="11" text-anchor="end">'
                      f"{_e(scale.label(t))}</text>")
     for c in commits:
         label = c[:8] or "?"
-        parts.append(f'<text x="{_f(sx(c))}" y="{y0 + 14}" font-size="10" text-anchor="end" '
-                     f'transform="rotate(-35 {_f(sx(c))} {y0 + 14})">{_e(label)}</text>')
+        parts.append(f'<text x="{coord(sx(c))}" y="{y0 + 14}" font-size="10" text-anchor="end" '
+                     f'transform="rotate(-35 {coord(sx(c))} {y0 + 14})">{_e(label)}</text>')
     parts.append(f'<path d="M{x0},{y1} V{y0} H{x1}" fill="none" stroke="#333"/>')
     parts.append(f'<text x="14" y="{(y0 + y1) / 2}" font-size="11" text-anchor="middle" '
                  f'transform="rotate(-90 14 {(y0 + y1) / 2})">µs per call{" (log)" if scale.log else ""}</text>')
@@ -98,12 +93,12 @@ def timeline_svg(points: Sequence[Point], commits: Sequence[str]) -> str:
         colour = _COLOURS[i % len(_COLOURS)]
         pts = sorted(unordered, key=lambda p: at[p.commit])
         dash = ' stroke-dasharray="5 3"' if source == BENCHMARK else ""
-        coords = " ".join(f"{_f(sx(p.commit))},{_f(sy(p.time_us))}" for p in pts)
+        coords = " ".join(f"{coord(sx(p.commit))},{coord(sy(p.time_us))}" for p in pts)
         parts.append(f'<polyline class="series" data-device="{_e(device)}" data-source="{_e(source)}" '
                      f'points="{coords}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>')
         for p in pts:
             tip = f"{device}, {source}, {p.commit[:12] or '?'} ({p.date[:10]}): {_us(p.time_us)} µs"
-            parts.append(f'<circle class="point" cx="{_f(sx(p.commit))}" cy="{_f(sy(p.time_us))}" r="3.5" '
+            parts.append(f'<circle class="point" cx="{coord(sx(p.commit))}" cy="{coord(sy(p.time_us))}" r="3.5" '
                          f'fill="{colour}"><title>{_e(tip)}</title></circle>')
         y = _H + 16 * i + 4
         parts.append(f'<line x1="{x0}" y1="{y - 4}" x2="{x0 + 18}" y2="{y - 4}" stroke="{colour}" '

@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pytest_ktune.core.redact import redact
 from pytest_ktune.core.text import duration as _duration
@@ -23,9 +22,6 @@ from pytest_ktune.core.text import us as _us
 from pytest_ktune.report.svg import clean_importances, history_svg, importance_svg
 from pytest_ktune.tuner.outcome import StudySummary, TrialRow, TuneOutcome
 from pytest_ktune.tuner.storage import study_name
-
-if TYPE_CHECKING:
-    pass
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

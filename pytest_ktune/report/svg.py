@@ -70,17 +70,17 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
     # Grid and axes first, so data draws over them.
     for t in scale.ticks:
         y = sy(t)
-        parts.append(f'<line x1="{x0}" y1="{_f(y)}" x2="{x1}" y2="{_f(y)}" stroke="#e6e6e6"/>')
+        parts.append(f'<line x1="{x0}" y1="{coord(y)}" x2="{x1}" y2="{coord(y)}" stroke="#e6e6e6"/>')
         parts.append(_text(x0 - 6, y + 4, scale.label(t), anchor="end"))
     for n in _int_ticks(lo_n, hi_n):
         x = sx(n)
-        parts.append(f'<line x1="{_f(x)}" y1="{y0}" x2="{_f(x)}" y2="{y0 + 5}" stroke="#333"/>')
+        parts.append(f'<line x1="{coord(x)}" y1="{y0}" x2="{coord(x)}" y2="{y0 + 5}" stroke="#333"/>')
         parts.append(_text(x, y0 + 18, str(n), anchor="middle"))
     parts.append(f'<path d="M{x0},{y1} V{y0} H{x1}" fill="none" stroke="#333"/>')
     parts.append(_text((x0 + x1) / 2, _H - 10, "trial number", anchor="middle"))
     y_label = "median µs (log scale)" if scale.log else "median µs"
     parts.append(_text(16, (y0 + y1) / 2, y_label, anchor="middle",
-                       transform=f"rotate(-90 16 {_f((y0 + y1) / 2)})"))
+                       transform=f"rotate(-90 16 {coord((y0 + y1) / 2)})"))
 
     if not timed:
         message = "no trial was timed" if ordered else "no trials"
@@ -90,13 +90,13 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
     if timed:
         first = timed[0]
         best_v = first.value_us or 0.0
-        path = [f"M{_f(sx(first.number))},{_f(sy(best_v))}"]
+        path = [f"M{coord(sx(first.number))},{coord(sy(best_v))}"]
         for r in timed[1:]:
             v = r.value_us or 0.0
             if v < best_v:
                 best_v = v
-                path.append(f"H{_f(sx(r.number))} V{_f(sy(v))}")
-        path.append(f"H{_f(sx(hi_n))}")
+                path.append(f"H{coord(sx(r.number))} V{coord(sy(v))}")
+        path.append(f"H{coord(sx(hi_n))}")
         parts.append(f'<path class="best-so-far" d="{" ".join(path)}" fill="none" stroke="{_GREEN}" '
                      'stroke-width="2"/>')
 
@@ -104,14 +104,14 @@ def history_svg(summary: StudySummary, rows: Sequence[TrialRow]) -> str:
         v = r.value_us or 0.0
         colour = _PURPLE if r.source == "warm-start" else _BLUE
         tip = f"trial {r.number} ({r.source}): {_us(v)} µs, {_params(r.params)}"
-        parts.append(f'<circle class="point" cx="{_f(sx(r.number))}" cy="{_f(sy(v))}" r="3.5" '
+        parts.append(f'<circle class="point" cx="{coord(sx(r.number))}" cy="{coord(sy(v))}" r="3.5" '
                      f'fill="{colour}" fill-opacity="0.8"><title>{_esc(tip)}</title></circle>')
 
     # Trials without a time sit on the bottom edge, as short ticks coloured by state.
     for r in marked:
         x = sx(r.number)
         tip = f"trial {r.number}: {r.state}" + (f", {_one_line(r.reason, 200)}" if r.reason else "")
-        parts.append(f'<line class="mark {r.state}" x1="{_f(x)}" y1="{y0 - 2}" x2="{_f(x)}" '
+        parts.append(f'<line class="mark {r.state}" x1="{coord(x)}" y1="{y0 - 2}" x2="{coord(x)}" '
                      f'y2="{y0 - 12}" stroke="{_MARK_COLOURS[r.state]}" stroke-width="2">'
                      f"<title>{_esc(tip)}</title></line>")
 
@@ -152,13 +152,13 @@ def _legend(timed: Sequence[TrialRow], marked: Sequence[TrialRow], y: float) -> 
     x = float(_LEFT)
     for shape, colour, label in entries:
         if shape == "dot":
-            out.append(f'<circle class="legend" cx="{_f(x + 5)}" cy="{_f(y - 4)}" r="3.5" fill="{colour}"/>')
+            out.append(f'<circle class="legend" cx="{coord(x + 5)}" cy="{coord(y - 4)}" r="3.5" fill="{colour}"/>')
         elif shape == "line":
-            out.append(f'<line class="legend" x1="{_f(x)}" y1="{_f(y - 4)}" x2="{_f(x + 12)}" '
-                       f'y2="{_f(y - 4)}" stroke="{colour}" stroke-width="2"/>')
+            out.append(f'<line class="legend" x1="{coord(x)}" y1="{coord(y - 4)}" x2="{coord(x + 12)}" '
+                       f'y2="{coord(y - 4)}" stroke="{colour}" stroke-width="2"/>')
         else:
-            out.append(f'<line class="legend" x1="{_f(x + 5)}" y1="{_f(y + 1)}" x2="{_f(x + 5)}" '
-                       f'y2="{_f(y - 9)}" stroke="{colour}" stroke-width="2"/>')
+            out.append(f'<line class="legend" x1="{coord(x + 5)}" y1="{coord(y + 1)}" x2="{coord(x + 5)}" '
+                       f'y2="{coord(y - 9)}" stroke="{colour}" stroke-width="2"/>')
         out.append(_text(x + 16, y, label))
         x += 16 + _CHAR_W * len(label) + 18
     return out
@@ -244,11 +244,11 @@ def importance_svg(importances: Mapping[str, float]) -> str:
         y = top + i * row_h
         length = max(value, 0.0) / peak * (x1 - x0)
         parts.append(_text(x0 - 8, y + 15, shown, anchor="end"))
-        parts.append(f'<rect class="bar" x="{_f(x0)}" y="{y + 3}" width="{_f(length)}" height="{row_h - 8}" '
+        parts.append(f'<rect class="bar" x="{coord(x0)}" y="{y + 3}" width="{coord(length)}" height="{row_h - 8}" '
                      f'fill="{_BLUE}"><title>{_esc(f"{name}: {value:.4f}")}</title></rect>')
         parts.append(_text(x0 + length + 6, y + 15, f"{value:.3f}"))
     bottom = top + row_h * len(bars)
-    parts.append(f'<line x1="{_f(x0)}" y1="{top}" x2="{_f(x0)}" y2="{bottom}" stroke="#333"/>')
+    parts.append(f'<line x1="{coord(x0)}" y1="{top}" x2="{coord(x0)}" y2="{bottom}" stroke="#333"/>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -269,7 +269,7 @@ def svg_open(width: int, height: int) -> list[str]:
 def _text(x: float, y: float, content: str, *, anchor: str = "start", weight: str = "normal",
           fill: str = "#222", transform: str = "") -> str:
     extra = f' transform="{_esc(transform)}"' if transform else ""
-    return (f'<text x="{_f(x)}" y="{_f(y)}" {_FONT} text-anchor="{anchor}" font-weight="{weight}" '
+    return (f'<text x="{coord(x)}" y="{coord(y)}" {_FONT} text-anchor="{anchor}" font-weight="{weight}" '
             f'fill="{fill}"{extra}>{_esc(content)}</text>')
 
 
@@ -278,7 +278,7 @@ def _esc(text: str) -> str:
     return html.escape(_XML_ILLEGAL.sub("\ufffd", text), quote=True)
 
 
-def _f(v: float) -> str:
+def coord(v: float) -> str:
     """A coordinate with one decimal, without a trailing ``.0``."""
     text = f"{v:.1f}"
     return text[:-2] if text.endswith(".0") else text

@@ -1,8 +1,9 @@
 """Where a run's options come from: the command line, the environment, and the project's files.
 
-One table (``OPTIONS``) names every option once; pytest's ``--ktune-*`` options and ini keys and
-the ``ktune`` command's options are made from it, and ``resolve`` merges what was given into the
-``RunOptions`` of ``run.options``. For each option the first of these that gives it wins:
+One table (``core.options``: a field of ``Options`` per option) names every option once; pytest's
+``--ktune-*`` options and ini keys and the ``ktune`` command's options are made from it, and
+``resolve`` merges what was given into a ``RunOptions``, the table's values for one run. For each
+option the first of these that gives it wins:
 
 1. the command line: ``--ktune-NAME`` under pytest, ``--NAME`` for the ``ktune`` command;
 2. the environment, for the options a CI job sets: ``KTUNE_NAME`` (``KTUNE_THRESHOLD``, ...);
@@ -29,144 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, BACKENDS, DEFAULT_SAMPLER, DEFAULT_WRITE, SAMPLERS, WRITE_MODES
+from pytest_ktune.core.options import BY_NAME, OPTIONS, Option, OptionError, Options
 from pytest_ktune.core.project import Located, locate, read_toml
 
 TABLE = "tool.ktune"
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option of a run, by the field of ``RunOptions`` it fills."""
-
-    name: str
-    kind: type  # bool, int, float or str
-    default: Any
-    help: str
-    env: bool = False  # read from KTUNE_<NAME> too (the options a CI job sets)
-    metavar: str | None = None
-    path: bool = False  # a path: relative to where it was given
-    cli: bool = True  # the ``ktune`` command has it too (as --NAME)
-
-    @property
-    def flag(self) -> str:
-        """pytest's option."""
-        return "--ktune" if self.name == "ktune" else "--ktune-" + self.name.replace("_", "-")
-
-    @property
-    def cli_flag(self) -> str:
-        """The ``ktune`` command's option."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def ini(self) -> str:
-        """The key in pytest's ini file."""
-        return "ktune" if self.name == "ktune" else "ktune_" + self.name
-
-    @property
-    def env_name(self) -> str:
-        return "KTUNE_" + self.name.upper()
-
-    def parse(self, raw: Any, where: str) -> Any:
-        """``raw`` (text from the environment or an ini file, or a TOML value) as this option's type;
-        an OptionError naming ``where`` when it is not one."""
-        if raw is None:
-            return None
-        if self.kind is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in _TRUE or text in _FALSE:
-                return text in _TRUE
-            raise OptionError(f"{where}: {raw!r} is not true or false", hint="write true or false")
-        if isinstance(raw, bool):
-            raise OptionError(f"{where}: {raw!r} is not a {_kind_name(self.kind)}",
-                              hint=f"give {self.metavar or 'a value'}, e.g. {self.default!r}")
-        if self.kind in (int, float):
-            try:
-                return self.kind(str(raw).strip()) if self.kind is int else float(raw)
-            except ValueError:
-                raise OptionError(f"{where}: {raw!r} is not a {_kind_name(self.kind)}",
-                                  hint=f"e.g. {self.name} = {self.default or 1}") from None
-        return str(raw)
-
-
-def _kind_name(kind: type) -> str:
-    return {int: "whole number", float: "number", str: "string", bool: "boolean"}[kind]
-
-
-class OptionError(KtuneError):
-    """An option that cannot be used as given; the message names it and where it was given."""
-
-
-_WRITE_HELP = ("what to do with tuned winners: " + ", ".join(WRITE_MODES) + " or a plugin's mode. none "
-               "(report only, the default), file (update the params file in place), patch (a "
-               "git-apply-able patch under .ktune/patches), commit (a new branch ktune/..., your "
-               "checkout untouched), pr (commit, push, open or update a pull request; needs GITHUB_TOKEN)")
-
-OPTIONS: tuple[Option, ...] = (
-    Option("ktune", bool, False, "collect @ktune.target kernels: a correctness and a performance item per case",
-           cli=False),
-    Option("backend", str, AUTO, f"where kernels run: {' or '.join(BACKENDS)} (CuPy, PyOpenCL), a plugin's "
-           f"backend, or {AUTO}: cuda when a GPU is visible, else opencl", env=True, metavar="NAME"),
-    Option("threshold", str, "median:5%", "how much slower than its baseline a kernel may get before its "
-           "performance item fails, once confirmed by A/B (a target's own threshold= wins)", env=True,
-           metavar="STAT:PCT", cli=False),
-    Option("update_baseline", bool, False, "record the measured timings as the new baselines in the params "
-           "file", cli=False),
-    Option("base", str, None, "a git ref (origin/main, the merge base): every target whose source, included "
-           "files or parameters differ from REF's is timed A/B against REF's in this run, baseline or not; a "
-           "record or baseline REF has that is missing here is an error", env=True, metavar="REF", cli=False),
-    Option("strict", bool, False, "fail closed: a params file that does not exist, a case with no baseline on "
-           "a machine that has baselines, or a changed case that cannot be A/B'd is an error, not a note "
-           "(for merge gates)", env=True, cli=False),
-    Option("seed", int, None, "base seed for the random inputs and the sampler (default: a new one each "
-           "run, which pytest's header shows)", env=True, metavar="N"),
-    Option("params", str, None, "the params file (default: $KTUNE_PARAMS, else the nearest "
-           "ktune-params.json at or above the rootdir, else one at the rootdir)", metavar="PATH", path=True),
-    Option("tune", bool, False, "tune every selected target for every key of its cases (Optuna), and keep "
-           "a winner that beats the current parameters in same-run A/B", cli=False),
-    Option("autotune", bool, False, "tune only keys that regressed at the gate in this run, were never tuned "
-           "on this device, or were tuned on another version of their source", env=True),
-    Option("trials", int, 40, "timed trials per key", env=True, metavar="N"),
-    Option("tune_timeout", float, None, "wall-time budget per key, in seconds (default: none)", env=True,
-           metavar="SECONDS"),
-    Option("sampler", str, DEFAULT_SAMPLER, f"the search after the warm starts: {', '.join(SAMPLERS)} or a "
-           f"plugin's ({DEFAULT_SAMPLER}: a Gaussian process over the feasible configurations; grid times "
-           "every feasible point)", env=True, metavar="NAME"),
-    Option("storage", str, None, "an Optuna storage URL (postgresql://...) so several workers share the "
-           "studies (default: a journal file under .ktune/)", env=True, metavar="URL"),
-    Option("write", str, DEFAULT_WRITE, _WRITE_HELP, env=True, metavar="MODE"),
-    Option("trial_timeout", float, 60.0, "seconds one candidate may take, compile included, before its "
-           "worker is killed", env=True, metavar="SECONDS"),
-    Option("item_timeout", float, 600.0, "seconds one correctness or performance item's kernels may run "
-           "before they count as hung: the item fails and a fresh measurement process runs the rest", env=True,
-           metavar="SECONDS", cli=False),
-    Option("skip_unavailable", bool, False, "where the backend cannot run (no GPU, no OpenCL), skip the ktune "
-           "items instead of failing the run (for a laptop without a device; never for a merge gate)", cli=False),
-    Option("agent", bool, False, "before searching each target, let an LLM agent (OpenAI-compatible, "
-           "OPENAI_BASE_URL / OPENAI_API_KEY) template, test, analyse and plan; a verified, faster template "
-           "is written only with write mode file. No model: the rule-based templater"),
-    Option("model", str, None, "the agent's model (default: none, the rule-based templater)", env=True,
-           metavar="NAME"),
-    Option("agent_iterations", int, 12, "model turns per target before the agent stops", metavar="N"),
-    Option("agent_wall", float, 1800.0, "seconds of one target's agent run, model calls, checks and searches "
-           "included", metavar="SECONDS"),
-    Option("agent_memory", int, 8192, "MiB of resident memory of the agent's run and its worker processes",
-           metavar="MIB"),
-    Option("agent_tools", str, "auto", "run accepted templates under Oclgrind (OpenCL) or compute-sanitizer "
-           "(CUDA): auto (where installed), require (a missing tool rejects the template), off", metavar="MODE"),
-    Option("junit", str, None, "write a JUnit XML report of the ktune items (correct, perf, tune) with their "
-           "times, baselines, ratios and parameters", env=True, metavar="PATH", path=True),
-    Option("markdown", str, None, "append the summary as markdown to PATH (in GitHub Actions: "
-           "$GITHUB_STEP_SUMMARY, the job's page)", env=True, metavar="PATH", path=True, cli=False),
-    Option("benchmark_json", str, None, "write the timings in pytest-benchmark's --benchmark-json format, for "
-           "tools that chart it (needs pytest-benchmark: the benchmark extra)", env=True, metavar="PATH", path=True,
-           cli=False),
-)
-BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def default_text(o: Option) -> str:
@@ -212,26 +79,31 @@ class ConfigFiles:
     table_path: Path | None = None
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """Every option's value, and where it came from (``command line``, ``KTUNE_TRIALS``, a file, or
-    ``default``). Paths are absolute."""
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(Options):
+    """The options of one run as given, every one merged from where it was given (``resolve``), and the
+    project they were given for. Paths are absolute."""
 
-    values: Mapping[str, Any]
-    origins: Mapping[str, str]
-    params_configured: Path | None = None  # the params file a file names (below KTUNE_PARAMS)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
+    root: Path
+    command: str = ""  # the command line that ran, for what a write-back says
+    params_configured: Path | None = None  # the params file the project's files name (below KTUNE_PARAMS)
+    origins: Mapping[str, str] = field(default_factory=dict)  # ``command line``, ``KTUNE_TRIALS``, a file
 
     def origin(self, name: str) -> str:
+        """Where the option ``name`` came from (``default`` where it was not given)."""
         return self.origins.get(name, "default")
 
+    def named(self, name: str, flag: str) -> str:
+        """How a message names the option: its flag, or where it was set when that was not the
+        command line."""
+        origin = self.origin(name)
+        return flag if origin in ("default", "command line") else f"{name} (set in {origin})"
 
-def resolve(given: Mapping[str, Any], files: ConfigFiles, *, env: Mapping[str, str] | None = None,
-            cwd: Path | None = None) -> Resolved:
-    """Each option's value by the order of the module docstring. ``given``: the command line's values,
-    None (or absent) where an option was not given."""
+
+def resolve(given: Mapping[str, Any], files: ConfigFiles, *, root: Path, command: str = "",
+            env: Mapping[str, str] | None = None, cwd: Path | None = None) -> RunOptions:
+    """Each option's value by the order of the module docstring, for the project at ``root``.
+    ``given``: the command line's values, None (or absent) where an option was not given."""
     environ = os.environ if env is None else env
     here = (cwd or Path.cwd()).resolve()
     unknown = sorted(k for k in files.table if k.replace("-", "_") not in BY_NAME or k == "ktune")
@@ -267,7 +139,7 @@ def resolve(given: Mapping[str, Any], files: ConfigFiles, *, env: Mapping[str, s
                 value = str(path)
         values[o.name] = value
         origins[o.name] = origin
-    return Resolved(values=values, origins=origins, params_configured=configured)
+    return RunOptions(**values, root=root, command=command, params_configured=configured, origins=origins)
 
 
 # -- the files, for the ``ktune`` command (pytest reads its own ini file) ------------------------

@@ -1,77 +1,23 @@
-"""From the options a user gave (pytest's ``--ktune-*`` or the ``ktune`` command's) to one ``Settings``:
-parsed and checked in one place, so that both skins mean the same by the same option."""
+"""From the options a user gave (pytest's ``--ktune-*`` or the ``ktune`` command's, merged by
+``run.config.resolve`` into a ``RunOptions``) to one ``Settings``: parsed and checked in one place, so
+that both skins, the reports, ``templatize`` and ``record`` mean the same by the same option."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_ktune.agent import AgentSettings, ModelSettings
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import AUTO, DEFAULT_SAMPLER, DEFAULT_WRITE
+from pytest_ktune.core.options import OptionError
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.gate.decision import Threshold
 from pytest_ktune.measure.tools import TOOL_MODES, ToolPlan
-from pytest_ktune.run.config import OptionError, Resolved
+from pytest_ktune.run.config import RunOptions
 from pytest_ktune.run.extensions import HookRelay, resolve
-from pytest_ktune.run.settings import Settings
+from pytest_ktune.run.settings import Reports, Settings
 from pytest_ktune.tuner.settings import TuneSettings
 from pytest_ktune.writeback.deliver import builtin_write_back, preflight
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The options of one run, as given (pytest's option names, without ``--ktune-``)."""
-
-    root: Path
-    params: str | None = None  # an explicit params file (core.paths says where it is otherwise)
-    backend: str = AUTO
-    threshold: str = "median:5%"
-    update_baseline: bool = False
-    base: str | None = None
-    strict: bool = False
-    seed: int | None = None
-    tune: bool = False
-    autotune: bool = False
-    trials: int = 40
-    tune_timeout: float | None = None
-    sampler: str = DEFAULT_SAMPLER
-    storage: str | None = None
-    write: str = DEFAULT_WRITE
-    trial_timeout: float = 60.0
-    agent: bool = False
-    model: str | None = None
-    agent_iterations: int = 12
-    agent_wall: float = 1800.0
-    agent_memory: int = 8192
-    agent_tools: str = "auto"
-    command: str = ""
-    item_timeout: float = 600.0
-    skip_unavailable: bool = False
-    params_configured: Path | None = None  # the params file the project's files name (below KTUNE_PARAMS)
-    origins: Mapping[str, str] = field(default_factory=dict)  # where each option came from (run.config)
-
-    def named(self, name: str, flag: str) -> str:
-        """How a message names the option: its flag, or where it was set when that was not the
-        command line."""
-        origin = self.origins.get(name, "default")
-        return flag if origin in ("default", "command line") else f"{name} (set in {origin})"
-
-
-def run_options(resolved: Resolved, *, root: Path, command: str) -> RunOptions:
-    """The options ``run.config.resolve`` merged from the command line, the environment and the files."""
-    v = resolved.values
-    return RunOptions(
-        root=root, params=v["params"], params_configured=resolved.params_configured, backend=v["backend"],
-        threshold=v["threshold"], update_baseline=v["update_baseline"], base=v["base"], strict=v["strict"],
-        seed=v["seed"], tune=v["tune"],
-        autotune=v["autotune"], trials=v["trials"], tune_timeout=v["tune_timeout"], sampler=v["sampler"],
-        storage=v["storage"], write=v["write"], trial_timeout=v["trial_timeout"], agent=v["agent"],
-        model=v["model"], agent_iterations=v["agent_iterations"], command=command,
-        item_timeout=v["item_timeout"], skip_unavailable=v["skip_unavailable"], agent_wall=v["agent_wall"],
-        agent_memory=v["agent_memory"], agent_tools=v["agent_tools"], origins=dict(resolved.origins))
 
 
 def build(opts: RunOptions, hook: HookRelay) -> Settings:
@@ -117,10 +63,15 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
             raise OptionError(exc.message, hint=exc.hint) from None
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(1, 2**31)
     return Settings(
-        root=opts.root, params_path=params_path(opts.root, explicit=opts.params, root=opts.root,
-                                                  configured=opts.params_configured),
+        root=opts.root, params_path=run_params_path(opts),
         backend=opts.backend, threshold=threshold, update_baseline=opts.update_baseline, base=opts.base or None,
         strict=opts.strict, seed=seed,
         tune=tune, autotune=opts.autotune and not opts.tune, write_mode=opts.write, command=opts.command,
         agent=agent, extensions=extensions, item_timeout_s=opts.item_timeout,
-        skip_unavailable=opts.skip_unavailable)
+        skip_unavailable=opts.skip_unavailable, reports=Reports.of(opts), origins=dict(opts.origins))
+
+
+def run_params_path(opts: RunOptions) -> Path:
+    """The run's params file, by ``core.paths``' rule: ``--ktune-params``, ``KTUNE_PARAMS``, the one the
+    project's files name, the nearest at or above the rootdir."""
+    return params_path(opts.root, explicit=opts.params, root=opts.root, configured=opts.params_configured)

@@ -234,9 +234,7 @@ class Session:
     def _queue_baseline(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
         target = item.target
-        timing = Timing(median_us=round(m.median * 1e6, 4), iqr_us=round(m.iqr * 1e6, 4),
-                        ci_low_us=round(m.ci[0] * 1e6, 4), ci_high_us=round(m.ci[1] * 1e6, 4),
-                        samples=len(m.samples), gbps=round(gbps, 3) if gbps else None)
+        timing = Timing.of(m.median, m.iqr, m.ci, len(m.samples), gbps)
         rec = Record(target=item.target_id, device=device.id, key=dict(item.key), params=dict(params))
         prev = self.updates.get(rec.ident) or (self.store.records.get(rec.ident) if self.store else None)
         baseline = new_baseline(self.settings.root, target, device.backend, params, {item.case_id: timing},
@@ -325,7 +323,7 @@ class Session:
         if self.store is None:
             return f"baselines NOT written: {self.store_error.render() if self.store_error else ''}"
         updates = [r for ident, r in self.updates.items() if ident not in self._tuned]
-        n = len(self.updates)
+        n = len(updates)
         if git_mode(self.settings.write_mode):
             return self._deliver_baselines(updates)
         try:

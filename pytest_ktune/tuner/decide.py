@@ -11,16 +11,13 @@ from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Timing, Tuned, new_baseline, source_changed
 from pytest_ktune.core.target import Target
 from pytest_ktune.core.verified import how_verified, verified_cover
-from pytest_ktune.measure.ab import FASTER, SLOWER, Stop
+from pytest_ktune.measure.ab import ALPHA, FASTER, SLOWER, Stop
 from pytest_ktune.measure.bench import mann_whitney_greater
 from pytest_ktune.measure.worker import ABOutcome, CaseTime
 from pytest_ktune.tuner.outcome import CaseChange
 from pytest_ktune.tuner.settings import TuneContext
 
 MIN_GAIN = 0.01  # a winner must be at least 1 % faster in total, and significantly so
-
-
-ALPHA = 0.01
 
 # The A/B of a case may end as soon as the candidate (B) is certainly more than MIN_GAIN slower than the
 # parameters in use (A): a certain loser. Never on a gain: a winner's A/B timings become its baseline,
@@ -30,9 +27,41 @@ AB_STOP = Stop(above=None, below=1 / (1 + MIN_GAIN), alpha=ALPHA)
 
 def case_timing(target: Target, case: Case, t: CaseTime) -> Timing:
     moved = target.bytes_for(target.case_args(case))
-    return Timing(median_us=round(t.median_s * 1e6, 4), iqr_us=round(t.iqr_s * 1e6, 4),
-                  ci_low_us=round(t.ci[0] * 1e6, 4), ci_high_us=round(t.ci[1] * 1e6, 4),
-                  samples=len(t.samples), gbps=round(moved / t.median_s / 1e9, 3) if moved else None)
+    return Timing.of(t.median_s, t.iqr_s, t.ci, len(t.samples), moved / t.median_s / 1e9 if moved else None)
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """One case of an A/B: the samples and the median of the parameters in use (A) and of the candidate (B)."""
+
+    case_id: str
+    a_samples: Sequence[float]
+    a_median: float
+    b_samples: Sequence[float]
+    b_median: float
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """What the acceptance rule says of a candidate (B) timed side by side with the parameters in use (A)."""
+
+    slower: tuple[str, ...]  # the cases where B is certainly slower, by more than MIN_GAIN
+    faster: tuple[str, ...]  # the cases where B is certainly faster
+    ratio: float  # B's total time over A's
+
+    @property
+    def accepted(self) -> bool:
+        """B replaces A: slower on no case, certainly faster on one at least, and MIN_GAIN faster in total."""
+        return not self.slower and bool(self.faster) and self.ratio <= 1 - MIN_GAIN
+
+
+def weigh(cases: Sequence[SideBySide], a_total: float, b_total: float) -> Weighed:
+    """The one acceptance rule of an A/B, for the tuner's winner and the agent's template alike: each case
+    tested both ways at ALPHA, and the totals (``b_total / a_total``) against MIN_GAIN."""
+    slower = tuple(c.case_id for c in cases if mann_whitney_greater(c.b_samples, c.a_samples) < ALPHA
+                   and c.b_median > c.a_median * (1 + MIN_GAIN))
+    faster = tuple(c.case_id for c in cases if mann_whitney_greater(c.a_samples, c.b_samples) < ALPHA)
+    return Weighed(slower=slower, faster=faster, ratio=b_total / a_total)
 
 
 def decide(ab: ABOutcome) -> tuple[bool, str]:
@@ -41,19 +70,13 @@ def decide(ab: ABOutcome) -> tuple[bool, str]:
         return False, f"the A/B check failed ({ab.reason}); the current parameters stay"
     cur = sum(t.median_s for t in ab.current)
     cand = sum(t.median_s for t in ab.candidate)
-    slower = []
-    faster = 0
-    for a, b in zip(ab.current, ab.candidate, strict=True):
-        if mann_whitney_greater(b.samples, a.samples) < ALPHA and b.median_s > a.median_s * (1 + MIN_GAIN):
-            slower.append(a.case_id)
-        if mann_whitney_greater(a.samples, b.samples) < ALPHA:
-            faster += 1
-    ratio = cand / cur
-    if slower:
+    w = weigh([SideBySide(a.case_id, a.samples, a.median_s, b.samples, b.median_s)
+               for a, b in zip(ab.current, ab.candidate, strict=True)], cur, cand)
+    if w.slower:
         early = sum(1 for how in ab.stopped if how in (SLOWER, FASTER))
         how = f" (stopped early on {early} of {len(ab.stopped)} cases)" if early else ""
-        return False, f"the best found is slower on {', '.join(slower)} in same-run A/B{how}; kept the current"
-    if ratio > 1 - MIN_GAIN or not faster:
+        return False, f"the best found is slower on {', '.join(w.slower)} in same-run A/B{how}; kept the current"
+    if not w.accepted:
         return False, (f"the best found is not faster beyond noise in same-run A/B (x{cur / cand:.3f}); "
                        "kept the current")
     return True, f"x{cur / cand:.3f} faster than the current parameters in same-run A/B"

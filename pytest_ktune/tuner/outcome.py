@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from pytest_ktune.core.errors import KtuneError
-from pytest_ktune.core.names import DEFAULT_SAMPLER, SAMPLERS
+from pytest_ktune.core.names import SAMPLERS
+from pytest_ktune.core.options import DEFAULTS
 
 if TYPE_CHECKING:
     from pytest_ktune.backends.base import BackendFactory
@@ -20,12 +21,12 @@ if TYPE_CHECKING:
 class TuneSettings:
     """How to tune: the budget, the sampler and where the study lives."""
 
-    trials: int = 40
-    timeout_s: float | None = None
-    sampler: str = DEFAULT_SAMPLER
-    storage: str | None = None  # None: a journal file under .ktune/
-    seed: int | None = None
-    trial_timeout_s: float = 60.0
+    trials: int = DEFAULTS.trials
+    timeout_s: float | None = DEFAULTS.tune_timeout
+    sampler: str = DEFAULTS.sampler
+    storage: str | None = DEFAULTS.storage  # None: a journal file under .ktune/
+    seed: int | None = DEFAULTS.seed
+    trial_timeout_s: float = DEFAULTS.trial_timeout
     batch: int = 4
     write: bool = True
     priors: bool = True  # time the device priors (_priors) among the warm starts (tune_key says where)

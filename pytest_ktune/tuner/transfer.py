@@ -24,6 +24,7 @@ from typing import Any
 
 from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.space import is_number
 
 NEAR = 2.0
 
@@ -32,10 +33,6 @@ OTHER_DEVICE = 1.0
 
 
 ELEMENT_SIZE = 3.0
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _itemsize(v: Any) -> int | None:
@@ -48,7 +45,7 @@ def _itemsize(v: Any) -> int | None:
 
 
 def _dimension(a: Any, b: Any) -> float:
-    if _is_number(a) and _is_number(b):
+    if is_number(a) and is_number(b):
         if a == b:
             return 0.0
         if a > 0 and b > 0:

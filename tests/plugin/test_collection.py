@@ -107,3 +107,12 @@ def test_a_skip_points_at_the_target_not_at_the_plugin(project: Project) -> None
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines([f"SKIPPED [[]2[]] kernels.py:{declared}: case declared for cuda only, not opencl"])
     assert "pytest_ktune" not in result.stdout.str()
+
+
+def test_targets_are_collected_however_target_is_imported(project: Project) -> None:
+    # `from ktune import target` (no ".target(" in the text) finds its target as `ktune.target(` does.
+    body = scale_target().replace("ktune.target(", "make(")
+    project.write("from ktune import target as make\n" + body)
+    result = project.run("--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str()
+    assert collected(result) == ["kernels.py::scale::correct[small]", "kernels.py::scale::perf[small]"]

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_ktune.cli import _options as cli_options
 from pytest_ktune.cli import _parser
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.options import OptionError
 from pytest_ktune.core.paths import params_path
-from pytest_ktune.run.config import ConfigFiles, OptionError, project_files, resolve
+from pytest_ktune.run.config import ConfigFiles, RunOptions, project_files, resolve
 
 
 def _files(tmp_path: Path, ini: dict[str, str] | None = None, table: dict[str, object] | None = None) -> ConfigFiles:
@@ -19,26 +21,30 @@ def _files(tmp_path: Path, ini: dict[str, str] | None = None, table: dict[str, o
                        table_path=tmp_path / "pyproject.toml")
 
 
+def _resolve(tmp_path: Path, given: dict[str, Any], files: ConfigFiles, **kwargs: Any) -> RunOptions:
+    return resolve(given, files, root=tmp_path, **kwargs)
+
+
 def test_each_layer_wins_over_the_ones_below_it(tmp_path: Path) -> None:
     files = _files(tmp_path, ini={"ktune_trials": "20"}, table={"trials": 10, "sampler": "tpe"})
-    assert resolve({}, _files(tmp_path), env={})["trials"] == 40  # the default
-    assert resolve({}, _files(tmp_path, table={"trials": 10}), env={})["trials"] == 10
-    r = resolve({}, files, env={})
-    assert (r["trials"], r.origin("trials")) == (20, str(tmp_path / "pytest.ini"))
-    assert (r["sampler"], r.origin("sampler")) == ("tpe", f"[tool.ktune] of {tmp_path / 'pyproject.toml'}")
-    r = resolve({}, files, env={"KTUNE_TRIALS": "30"})
-    assert (r["trials"], r.origin("trials")) == (30, "KTUNE_TRIALS")
-    r = resolve({"trials": 50}, files, env={"KTUNE_TRIALS": "30"})
-    assert (r["trials"], r.origin("trials")) == (50, "command line")
+    assert _resolve(tmp_path, {}, _files(tmp_path), env={}).trials == 40  # the default
+    assert _resolve(tmp_path, {}, _files(tmp_path, table={"trials": 10}), env={}).trials == 10
+    r = _resolve(tmp_path, {}, files, env={})
+    assert (r.trials, r.origin("trials")) == (20, str(tmp_path / "pytest.ini"))
+    assert (r.sampler, r.origin("sampler")) == ("tpe", f"[tool.ktune] of {tmp_path / 'pyproject.toml'}")
+    r = _resolve(tmp_path, {}, files, env={"KTUNE_TRIALS": "30"})
+    assert (r.trials, r.origin("trials")) == (30, "KTUNE_TRIALS")
+    r = _resolve(tmp_path, {"trials": 50}, files, env={"KTUNE_TRIALS": "30"})
+    assert (r.trials, r.origin("trials")) == (50, "command line")
 
 
 def test_a_bad_value_names_where_it_was_given(tmp_path: Path) -> None:
     with pytest.raises(OptionError, match=r"KTUNE_TRIALS: 'many' is not a whole number"):
-        resolve({}, _files(tmp_path), env={"KTUNE_TRIALS": "many"})
+        _resolve(tmp_path, {}, _files(tmp_path), env={"KTUNE_TRIALS": "many"})
     with pytest.raises(OptionError, match=r"ktune_autotune in .*pytest.ini: 'sometimes' is not true or false"):
-        resolve({}, _files(tmp_path, ini={"ktune_autotune": "sometimes"}), env={})
+        _resolve(tmp_path, {}, _files(tmp_path, ini={"ktune_autotune": "sometimes"}), env={})
     with pytest.raises(OptionError, match=r"unknown keys: treshold") as info:
-        resolve({}, _files(tmp_path, table={"treshold": "median:3%"}), env={})
+        _resolve(tmp_path, {}, _files(tmp_path, table={"treshold": "median:3%"}), env={})
     assert "threshold" in info.value.hint and str(tmp_path / "pyproject.toml") in info.value.message
 
 
@@ -46,15 +52,15 @@ def test_paths_are_relative_to_where_they_were_given(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     files = ConfigFiles(ini={"ktune_junit": "out/ktune.xml"}, ini_path=conf / "pytest.ini",
                         table={"params": "p/params.json"}, table_path=conf / "pyproject.toml")
-    r = resolve({}, files, env={}, cwd=tmp_path / "elsewhere")
-    assert r["junit"] == str(conf / "out" / "ktune.xml")
+    r = _resolve(tmp_path, {}, files, env={}, cwd=tmp_path / "elsewhere")
+    assert r.junit == str(conf / "out" / "ktune.xml")
     # The params file a file names ranks below KTUNE_PARAMS (core.paths), so it is passed on as such.
-    assert r["params"] is None and r.params_configured == conf / "p" / "params.json"
+    assert r.params is None and r.params_configured == conf / "p" / "params.json"
     assert params_path(tmp_path, configured=r.params_configured, env={}) == conf / "p" / "params.json"
     assert params_path(tmp_path, configured=r.params_configured, env={"KTUNE_PARAMS": str(tmp_path / "e.json")}) \
         == tmp_path / "e.json"
-    r = resolve({"junit": "j.xml"}, files, env={}, cwd=tmp_path / "elsewhere")
-    assert r["junit"] == str(tmp_path / "elsewhere" / "j.xml")
+    r = _resolve(tmp_path, {"junit": "j.xml"}, files, env={}, cwd=tmp_path / "elsewhere")
+    assert r.junit == str(tmp_path / "elsewhere" / "j.xml")
 
 
 def test_the_ktune_command_reads_pytest_ini_and_tool_ktune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
