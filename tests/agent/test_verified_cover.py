@@ -60,7 +60,7 @@ def test_a_wrong_configuration_outside_the_verified_cover_fails_its_trial_and_re
         assert {config_key(c) for c in template_module_configs(template)} == cover
         params = hostile.root / "ktune-params.json"
         ctx = TuneContext(root=hostile.root, params_path=params, backend="opencl", progress=None, reports=False,
-                          settings=TuneSettings(trials=8, sampler="grid", seed=1, priors=False, write=True))
+                          settings=TuneSettings(trials=8, sampler="grid", seed=1, priors=False))
         ((key, indices),) = cases_by_key(template, "opencl").values()
         out = tune_key(ctx, template, key, indices)
         assert out.failed >= 1 and out.best_params != outside

@@ -129,8 +129,8 @@ def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
 SUMMARY = re.compile(r"^(?P<target>\S+) (?P<key>\S+): best (?P<us>[\d.]+) µs (?P<params>\{.*?\}) after "
                      r"(?P<timed>\d+) timed trials \((?P<infeasible>\d+) infeasible, (?P<failed>\d+) failed\)"
                      r"(?:, and (?P<earlier>\d+) in earlier runs of the study \((?P<asked>\d+) asked in all\))?; "
-                     r"(?P<decision>.*); (?P<written>params file updated|params file unchanged|"
-                     r"not written \(--no-write\)); report: (?P<report>.+)$", re.MULTILINE)
+                     r"(?P<decision>.*); (?P<written>to be delivered \(--write [\w-]+\)|"
+                     r"not written \(--no-write\)|not written \(--write none\)); report: (?P<report>.+)$", re.MULTILINE)
 
 
 def summaries(stdout: str) -> list[dict[str, str]]:
