@@ -15,12 +15,10 @@ from typing import TYPE_CHECKING, Any
 from pytest_ktune.core.errors import KtuneError
 
 if TYPE_CHECKING:
-    from pytest_ktune.backends.base import Backend, DeviceInfo
     from pytest_ktune.core.project import Located
     from pytest_ktune.core.target import Target
     from pytest_ktune.report.results import ItemOutcome
     from pytest_ktune.run.options import RunOptions
-    from pytest_ktune.run.settings import Settings
 
 
 _SHARED = ("params", "backend", "trials", "tune_timeout", "sampler", "storage", "seed", "trial_timeout")
@@ -197,8 +195,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not targets:
         raise KtuneError(f"no @ktune.target found under {root}", hint="give the project's folder (as to pytest), "
                                                                       "or --root")
-    backend, device = _device(settings)
-    tuning = Tuning(settings, backend=backend, device=device)
+    tuning = Tuning.in_process(settings)
     failures = 0
     errors: dict[str, int] = {}
     outcomes: list[ItemOutcome] = []
@@ -255,7 +252,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if result.transcript is not None:
             print(f"  transcript: {result.transcript} ({result.usage})")
         failures += result.status == "error"
-    line = tuning.finish(lambda: _backend(settings).copy_bandwidth())
+    line = tuning.finish()
     if line:
         print(f"ktune: {cli_text(line)}", file=sys.stderr if tuning.undelivered else sys.stdout)
     failures += tuning.undelivered is not None
@@ -273,33 +270,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return 1
         print(f"ktune: wrote the JUnit report to {junit}")
     return 1 if failures else 0
-
-
-def _backend(settings: Settings) -> Backend:
-    """The run's backend, as a plugin or the built-ins make it (``--backend``, ``auto`` resolved)."""
-    from pytest_ktune import backends
-
-    return backends.create(backends.resolve(settings.backend), settings.extensions.backend)
-
-
-def _device(settings: Settings) -> tuple[str, DeviceInfo | None]:
-    """The backend and device ``run.tuning.Tuning`` tunes on: the device's backend names the language it
-    compiles (a plugin's backend too). A built-in backend that cannot start here still names its own
-    language, and each key then fails with why (under --autotune, which reads the device's records, the
-    command does); a plugin's backend must start to say what it compiles."""
-    from pytest_ktune import backends
-    from pytest_ktune.core.errors import BackendUnavailable
-    from pytest_ktune.core.names import BACKENDS
-
-    try:
-        device = _backend(settings).device
-    except BackendUnavailable:
-        name = backends.resolve(settings.backend)
-        plugin = backends.factory_ref(settings.extensions.backend) is not None
-        if settings.autotune or plugin or name not in BACKENDS:
-            raise
-        return name, None
-    return device.backend, device
 
 
 def _refuse_a_stray_params_file(args: argparse.Namespace, params: Path, write: str, explicit: str | None) -> None:

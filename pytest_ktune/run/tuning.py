@@ -21,9 +21,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pytest_ktune import backends
 from pytest_ktune.agent import AgentResult, Bench, run_stage
 from pytest_ktune.backends.base import DeviceInfo
-from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.errors import BackendUnavailable, KtuneError
+from pytest_ktune.core.names import BACKENDS
 from pytest_ktune.core.store import Record, Store, target_id
 from pytest_ktune.core.target import Target
 from pytest_ktune.report.study import write_for
@@ -81,6 +83,22 @@ class Tuning:
         self.agents: dict[str, AgentResult] = {}  # target id -> the agent stage's result
         self.undelivered: str | None = None  # why the write-back could not deliver what was asked
 
+    @classmethod
+    def in_process(cls, settings: Settings) -> Tuning:
+        """The tuning of a run outside pytest (``ktune tune``), on the backend made here as a plugin or
+        the built-ins make it. A built-in backend that cannot start here still names its own language,
+        and each key then fails with why (under autotune, which reads the device's records, this
+        raises); a plugin's backend must start to say what it compiles."""
+        name = backends.resolve(settings.backend)
+        try:
+            device: DeviceInfo | None = backends.create(name, settings.extensions.backend).device
+        except BackendUnavailable:
+            if settings.autotune or backends.factory_ref(settings.extensions.backend) is not None \
+                    or name not in BACKENDS:
+                raise
+            device = None
+        return cls(settings, backend=device.backend if device else name, device=device)
+
     @property
     def backend(self) -> str:
         return self.ctx.backend
@@ -122,12 +140,14 @@ class Tuning:
                             command=s.command, copy_bandwidth=copy_bandwidth,
                             templates=templates)
 
-    def finish(self, copy_bandwidth: Callable[[], float | None]) -> str | None:
+    def finish(self, copy_bandwidth: Callable[[], float | None] | None = None) -> str | None:
         """Hand the tunes' outcomes and templates to the write-back mode; one line for the terminal (None:
-        nothing was tuned). What it delivered is marked ``written`` and its kept decisions are
+        nothing was tuned); ``copy_bandwidth`` measures the device's (default: on the backend made in this
+        process). What it delivered is marked ``written`` and its kept decisions are
         forgotten; a mode that cannot deliver leaves its reason in ``undelivered`` (the run fails) and
         the decisions stay under .ktune/winners/ for a rerun."""
-        request = self.request(copy_bandwidth)
+        request = self.request(copy_bandwidth or (lambda: backends.create(
+            backends.resolve(self.settings.backend), self.settings.extensions.backend).copy_bandwidth()))
         if not self.outcomes and not request.templates:
             return None
         try:

@@ -73,6 +73,19 @@ def pytest_ktune_write_back(mode):
 '''
 
 
+def plugin_site(tmp_path: Path, code: str) -> dict[str, str]:
+    """An environment whose Python finds ``code`` as a plugin of the entry-point group ``ktune``."""
+    site = tmp_path / "site"
+    dist = site / "ktune_logged-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ktune-logged\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[ktune]\nlogged = ktune_logged\n")
+    (site / "ktune_logged.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "KTUNE_PARAMS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
 def test_a_conftest_backend_runs_the_items(project: Project) -> None:
     project.write(repeat_target())
     project.pytester.makeconftest(BACKEND_CONFTEST)
@@ -135,14 +148,7 @@ def test_an_unknown_name_is_a_usage_error_before_anything_runs(project: Project,
 def test_the_command_asks_the_plugins_of_its_entry_point_group(project: Project, cli: Cli,
                                                                tmp_path: Path) -> None:
     project.write(repeat_target())
-    site = tmp_path / "site"
-    dist = site / "ktune_record-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ktune-record\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[ktune]\nrecord = ktune_record\n")
-    (site / "ktune_record.py").write_text(WRITE_BACK_CODE)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "KTUNE_PARAMS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = plugin_site(tmp_path, WRITE_BACK_CODE)
     argv = cli.argv("tune", "scale", "--trials", "3", "--seed", "3", "--write", "record-json")
     done = subprocess.run(argv, cwd=project.path, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -189,23 +195,10 @@ def test_a_plugin_mode_named_file_sees_and_stops_every_write_of_the_tuner(projec
     assert stopped["winners"] == 1 and stopped["templates"] == []
 
 
-def _plugin_site(tmp_path: Path, code: str) -> dict[str, str]:
-    """An environment whose Python finds ``code`` as a plugin of the entry-point group ``ktune``."""
-    site = tmp_path / "site"
-    dist = site / "ktune_logged-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ktune-logged\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[ktune]\nlogged = ktune_logged\n")
-    (site / "ktune_logged.py").write_text(code)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "KTUNE_PARAMS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
 def test_the_command_tunes_on_a_plugin_backend(project: Project, tmp_path: Path) -> None:
     project.write(repeat_target())
     # The backend plugin of the conftest above, installed for the command; its log lies beside it.
-    env = _plugin_site(tmp_path, BACKEND_CONFTEST.replace('Path(__file__).parent / "backend.log"',
+    env = plugin_site(tmp_path, BACKEND_CONFTEST.replace('Path(__file__).parent / "backend.log"',
                                                           f"Path({str(project.path / 'backend.log')!r})"))
     argv = [sys.executable, "-m", "pytest_ktune.cli", "tune", "scale", "--trials", "3", "--seed", "3", "--write",
             "file", "--root", str(project.path), "--backend", "logged-opencl"]

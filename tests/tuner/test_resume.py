@@ -4,23 +4,11 @@ command resumes: the decided keys are delivered without timing them again, the r
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 from plugin._kit import Project, case
 
-from ._tk import (
-    OTHER_RECORD_FILE,
-    Cli,
-    finish,
-    journal,
-    open_journal,
-    repeat_target,
-    studies,
-    summaries,
-    timed,
-    wait_until,
-)
+from ._tk import OTHER_RECORD_FILE, Cli, interrupt_when, journal, open_journal, repeat_target, studies, summaries, timed
 
 # A quick key (2048 elements), then a slow one (64 to 256 rounds of sin() on 65536): Ctrl-C lands in the second.
 TARGET = repeat_target(repeats=(64, 128, 256), blocks=(64, 128), default="{'BLOCK': 64, 'REPEAT': 256}",
@@ -45,14 +33,8 @@ def test_an_interrupted_tune_keeps_its_decisions_and_the_rerun_delivers_them(pro
     before = project.params_path.read_bytes()
     argv = ("tune", "--write", "file", "--trials", "3", "--seed", "4")
     tune = cli.start(*argv)
-    try:
-        wait_until(lambda: in_second_key(project.path), timeout=180, what="the second key's first trial", alive=tune)
-        tune.send_signal(signal.SIGINT)
-        code, out, err = finish(tune, timeout=60)
-    finally:
-        if tune.poll() is None:
-            tune.kill()
-            tune.communicate()
+    code, out, err = interrupt_when(tune, lambda: in_second_key(project.path), timeout=180,
+                                    what="the second key's first trial")
     assert code == 130, out + err
     # The first key was decided; nothing of it reached the params file (file mode writes at the end).
     (first,) = summaries(out)
