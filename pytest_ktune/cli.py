@@ -205,7 +205,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             choice = tuning.choose(target, key)
             if not choice.tune:
                 if choice.rule == "no source":
-                    if skipped.setdefault(target.name, choice.why) is choice.why:  # said once per target
+                    if target.name not in skipped:  # said once per target
+                        skipped[target.name] = choice.why
                         print(f"{target.name}: no {tuning.backend} source, skipped", file=sys.stderr)
                     continue
                 skipped["current"] = choice.why

@@ -137,8 +137,7 @@ class Tuning:
         templates = tuple(r.template for r in self.agents.values() if r.template is not None)
         return WriteRequest(mode=s.write_mode, root=s.root, params_path=s.params_path, outcomes=tuple(self.outcomes),
                             device=self.outcomes[0].device if self.outcomes else self.device.id if self.device else "",
-                            command=s.command, copy_bandwidth=copy_bandwidth,
-                            templates=templates)
+                            command=s.command, copy_bandwidth=copy_bandwidth, templates=templates)
 
     def finish(self, copy_bandwidth: Callable[[], float | None] | None = None) -> str | None:
         """Hand the tunes' outcomes and templates to the write-back mode; one line for the terminal (None:
@@ -157,7 +156,8 @@ class Tuning:
             return f"tuned winners NOT written (--ktune-write={self.settings.write_mode}): {self.undelivered}"
         if self.settings.write_mode != "none":
             kept.discard(self.ctx.scratch, [o.record for o in self.outcomes if o.record is not None])
-            self.outcomes = [replace(o, written=o.record is not None and o.record.ident in self.delivers())
+            delivered = self.delivers()
+            self.outcomes = [replace(o, written=o.record is not None and o.record.ident in delivered)
                              for o in self.outcomes]
         return line
 
