@@ -177,7 +177,7 @@ def search(run: Run, proposal: Proposal, base: Target, *, seed: int, work: Path)
     (root / ".ktune" / "cache").symlink_to(run.cache.parent, target_is_directory=True)
     target = proposal_target(proposal, base, workdir=root / ".ktune" / "agent")
     (key, cases), = cases_by_key(target, backend).values()
-    settings = TuneSettings(trials=run.trials, seed=seed, write=False, sampler="tpe")
+    settings = TuneSettings(trials=run.trials, seed=seed, sampler="tpe")
     ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=backend, settings=settings)
     t0 = time.perf_counter()
     o = tune_key(ctx, target, key, cases)
@@ -203,10 +203,10 @@ def through_agent_loop(run: Run, base: Target, work: Path) -> dict[str, Any]:
         (root / ".ktune").mkdir(parents=True)
         (root / ".ktune" / "cache").symlink_to(run.cache.parent, target_is_directory=True)
         bench = Bench(root=root, params_path=root / "ktune-params.json", backend=run.backend, base=base,
-                      tune=TuneSettings(trials=run.trials, seed=seed, write=False, sampler="tpe"), sample=run.sample)
+                      tune=TuneSettings(trials=run.trials, seed=seed, sampler="tpe"), sample=run.sample)
         t0 = time.perf_counter()
         try:
-            res = run_scripted(bench, with_mistake=True, steer=True, write=False)
+            res = run_scripted(bench, with_mistake=True, steer=True)
         except Exception as exc:  # any failure of the loop: measure the direct way instead, and say why
             return {"path": f"{DIRECT} (the agent loop failed on seed {seed}: {type(exc).__name__}: {exc})"}
         if res.proposal is None or not res.comparisons:

@@ -6,7 +6,7 @@ For one tuning key of each example target (``rmsnorm``, ``silu_and_mul``):
    tuner's own isolated worker (``WorkerPool.evaluate``, the same verification and timing the
    tuner uses), giving {configuration -> median µs, or why it failed}. The fastest point is the
    exhaustive optimum.
-2. **Live tune**: ``tune_key`` with TPE, ``write=False``, in a temporary copy of
+2. **Live tune**: ``tune_key`` with TPE (it writes nothing), in a temporary copy of
    ``example_project`` (fresh study, fresh compile cache, no params file), compared with the
    default and with the optimum, both read from the landscape.
 3. **Replay**: TPE (exactly ``make_sampler("tpe", seed, Encoding(target))``) and random search,
@@ -302,7 +302,7 @@ def record(pt: Point, out: Outcome, order: int) -> None:
 
 def live_tune(choice: KeyChoice, backend: str, root: Path, land: Landscape, *, trials: int, seed: int,
               trial_timeout_s: float, timeout_s: float | None) -> dict[str, Any]:
-    settings = TuneSettings(trials=trials, sampler="tpe", seed=seed, write=False, storage=None,
+    settings = TuneSettings(trials=trials, sampler="tpe", seed=seed, storage=None,
                             trial_timeout_s=trial_timeout_s, timeout_s=timeout_s)
     ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=backend, settings=settings,
                       progress=sys.stderr)
@@ -532,7 +532,7 @@ def cross_check(land: Landscape, run: Run, batch: int) -> dict[str, Any]:
         study, enc = new_study(target, key, run.sampler, run.seed)
         pool = LandscapePool(land, max_evals=50 * target.space.size, stop_after_ok=len(run.counted))
         settings = TuneSettings(trials=max(1, len(land.feasible)), sampler=run.sampler, seed=run.seed,
-                                write=False, batch=batch)
+                                batch=batch)
         loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings)  # type: ignore[arg-type]
         note = ""
         try:
@@ -754,7 +754,7 @@ def markdown(results: Sequence[KeyResult], meta: Mapping[str, Any]) -> str:
                                "optimum ÷ default", "points within 5 % / 3 %", "wall s (worker start)",
                                "Σ compile s / Σ run s"], rows), ""]
 
-    lines += ["## Live TPE tune (`tune_key`, write=False, fresh study)", ""]
+    lines += ["## Live TPE tune (`tune_key`, fresh study)", ""]
     rows = []
     for r in results:
         t = r.tune

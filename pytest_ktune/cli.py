@@ -179,69 +179,77 @@ def _say_project(args: argparse.Namespace, params: Path | None = None) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from pytest_ktune import backends
     from pytest_ktune.agent import AGENT_OFF
     from pytest_ktune.core.discover import discover, select
     from pytest_ktune.core.keys import key_string, parse_key
-    from pytest_ktune.core.store import Store, target_id
     from pytest_ktune.run.config import cli_text
     from pytest_ktune.run.extensions import cli_manager
     from pytest_ktune.run.options import build
-    from pytest_ktune.run.tuning import Tuning, autotune_choice
+    from pytest_ktune.run.tuning import Tuning
 
     _say_project(args)  # first: an option refused below is refused in a project the user can see
     opts = _options(args, tune=True)
-    settings = build(opts, cli_manager().hook)
+    settings = replace(build(opts, cli_manager().hook), progress=sys.stderr)
     assert settings.tune is not None
     root = settings.root
     _refuse_a_stray_params_file(args, settings.params_path, settings.write_mode, opts.params)
     if settings.agent is not None:
         model = settings.agent.model
         print(f"ktune: agent: model {model.model}" if model else f"ktune: {cli_text(AGENT_OFF)}", file=sys.stderr)
-    backend = backends.resolve(settings.backend)
     targets = select(discover(root, args.within), args.names, root, command="ktune tune")
     if not targets:
         raise KtuneError(f"no @ktune.target found under {root}", hint="give the project's folder (as to pytest), "
                                                                       "or --root")
-    tuning = Tuning(root=root, params_path=settings.params_path, backend=backend, settings=settings.tune,
-                    extensions=settings.extensions, agent=settings.agent, progress=sys.stderr,
-                    command=settings.command, write_mode=settings.write_mode)
-    store = Store.load(settings.params_path)
+    tuning = Tuning.in_process(settings)
     failures = 0
     errors: dict[str, int] = {}
     outcomes: list[ItemOutcome] = []
-    device_id: str | None = None
-    for target, key, cases in _keys(targets, backend, parse_key(args.key)):
-        if settings.autotune:
-            if device_id is None:  # one backend for the device's name, not one per key
-                device_id = backends.create(backend, settings.extensions.backend).device.id
-            choice = autotune_choice(store.find(target_id(target, root), device_id, key), target, backend,
-                                     regressed=False)
+    skipped: dict[str, str] = {}  # why keys were not tuned: by target (no source), or "current"
+    try:
+        for target, key, cases in _keys(targets, tuning.backend, parse_key(args.key)):
+            choice = tuning.choose(target, key)
             if not choice.tune:
+                if choice.rule == "no source":
+                    if target.name not in skipped:  # said once per target
+                        skipped[target.name] = choice.why
+                        print(f"{target.name}: no {tuning.backend} source, skipped", file=sys.stderr)
+                    continue
+                skipped["current"] = choice.why
                 print(f"{target.name} {key_string(key)}: already {choice.why}, skipped")
                 continue
             if choice.rule == "stale":
                 print(f"{target.name} {key_string(key)}: {choice.why}, tuning again")
-        started = time.monotonic()
-        try:
-            out = tuning.tune(target, key, tuple(cases))
-        except KtuneError as exc:
-            failures += 1
-            text = cli_text(exc.render())
-            errors[text] = errors.get(text, 0) + 1
-            if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
-                print(f"error: {text}", file=sys.stderr)
-            outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started, message=text))
-            continue
-        outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
-        if settings.tune.write:
-            change = "params file updated" if out.written else "params file unchanged"
-        else:
-            change = ("not written (--no-write)" if args.no_write
-                      else f"not written yet (--write {settings.write_mode})")
-        print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
-              f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed){out.resumed_text()}; "
-              f"{out.decision}; {change}; report: {out.report}")
+            started = time.monotonic()
+            try:
+                out = tuning.tune(target, key, tuple(cases))
+            except KtuneError as exc:
+                failures += 1
+                text = cli_text(exc.render())
+                errors[text] = errors.get(text, 0) + 1
+                if errors[text] == 1:  # the same error for every key (no GPU, say) is said once
+                    print(f"error: {text}", file=sys.stderr)
+                outcomes.append(_tune_outcome(target, key, root, "error", time.monotonic() - started, message=text))
+                continue
+            outcomes.append(_tune_outcome(target, key, root, "passed", time.monotonic() - started))
+            if settings.write_mode == "none":
+                change = "not written (--no-write)" if args.no_write else "not written (--write none)"
+            else:
+                change = f"to be delivered (--write {settings.write_mode})"
+            print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
+                  f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed)"
+                  f"{out.resumed_text()}; {out.decision}; {change}; report: {out.report}")
+    except KeyboardInterrupt:
+        if tuning.outcomes:
+            print(f"ktune: the {len(tuning.outcomes)} key(s) decided before the interruption are kept under "
+                  ".ktune/winners/: rerun the same command to deliver them (nothing is timed again)",
+                  file=sys.stderr, flush=True)
+        raise
+    if not tuning.outcomes and not failures and "current" not in skipped:
+        # Nothing was tuned and nothing is up to date: never exit 0 having done nothing.
+        why = "; ".join(skipped.values()) or "no case of the targets runs there"
+        raise KtuneError(f"nothing to tune on the {tuning.backend} backend (--backend {settings.backend}): {why}",
+                         hint=f"add a {tuning.backend} source to the targets' sources=, or give --backend one they "
+                              "have")
     for text, n in errors.items():
         if n > 1:
             print(f"error: the same error as above for {n - 1} more key(s): {text.splitlines()[0]}", file=sys.stderr)
@@ -259,9 +267,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         from pytest_ktune.report import junit as junit_report
         from pytest_ktune.report.results import RunResults
 
-        device = tuning.outcomes[0].device if tuning.outcomes else ""
+        device_id = tuning.outcomes[0].device if tuning.outcomes else ""
         try:
-            junit_report.write(junit, RunResults(root=root, backend=backend, device=device,
+            junit_report.write(junit, RunResults(root=root, backend=tuning.backend, device=device_id,
                                                  outcomes=tuple(outcomes), tunes=tuple(tuning.outcomes)))
         except (OSError, KtuneError) as exc:
             print(f"error: the JUnit report was NOT written to {junit}: {exc}", file=sys.stderr)
@@ -301,9 +309,6 @@ def _keys(targets: Sequence[Target], backend: str,
 
     chosen, known = [], []
     for target in targets:
-        if backend not in target.sources:
-            print(f"{target.name}: no {backend} source, skipped", file=sys.stderr)
-            continue
         keys = list(cases_by_key(target, backend).values())
         known.append(f"{target.name}: {'; '.join(key_string(k) for k, _ in keys) or 'none'}")
         chosen += [(target, k, idx) for k, idx in keys if key_matches(k, wanted)]

@@ -63,6 +63,8 @@ def pytest_ktune_sampler(name: str) -> SamplerFactory | None:
 def pytest_ktune_write_back(mode: str) -> WriteBack | None:
     """What to do with tuned winners in mode ``mode``: a callable that takes a
     ``pytest_ktune.writeback.deliver.WriteRequest`` (the project root, the params file, the tunes'
-    outcomes, the device) and returns one line for the terminal. None: not a mode this
-    implementation knows.
+    outcomes with the records they leave, the agent stage's templates, the device) and returns one
+    line for the terminal, or raises a KtuneError when it cannot deliver (the run then fails). The
+    tuner and the agent write none of the user's files: a mode is given every write of the run, so
+    one that answers for a built-in name (``file``, say) decides all of them.
     """

@@ -173,7 +173,7 @@ def good_conversation(backend: str, *, with_mistake: bool = True, steer: bool = 
 
 
 def run_scripted(bench: Any, *, iterations: int = 8, with_mistake: bool = True, model: str = "scripted-good",
-                 steer: bool = True, write: bool = False, dest: Any = None, compare_rounds: int = 3) -> Any:
+                 steer: bool = True, dest: Any = None, compare_rounds: int = 3) -> Any:
     """Run the agent loop on ``bench`` (a Bench over the naive SiLU-and-mul) against the scripted
     conversation, on a loopback server. Returns the AgentResult; raises AssertionError if the loop
     sent something the script did not expect."""
@@ -185,7 +185,7 @@ def run_scripted(bench: Any, *, iterations: int = 8, with_mistake: bool = True, 
         settings = AgentSettings(model=ModelSettings(model=model, base_url=server.base_url, api_key="scripted",
                                                      timeout_s=60.0), iterations=iterations,
                                  compare_rounds=compare_rounds)
-        result = run_agent(bench, settings, write=write, dest=dest)
+        result = run_agent(bench, settings, dest=dest)
         if server.problems:
             raise AssertionError("the scripted conversation went off script: " + "; ".join(server.problems))
     return result
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy(here / name, root / name)
         base = vars(import_file(root / "silu_and_mul.py"))["silu_and_mul_naive"]
         bench = Bench(root=root, params_path=root / "ktune-params.json", backend=args.backend, base=base,
-                      tune=TuneSettings(trials=args.trials, seed=args.seed, write=False), sample=args.sample)
+                      tune=TuneSettings(trials=args.trials, seed=args.seed), sample=args.sample)
         started = time.monotonic()
         result = run_scripted(bench)
         wall = time.monotonic() - started

@@ -4,8 +4,10 @@ One run works on one target. It times the base kernel as it runs now, then asks 
 calls until the model finishes or a budget (iterations, tokens, cost, wall time, failed proposals,
 unusable answers) ends it. Every template is verified in the isolated worker before it is searched;
 the best verified revision is then timed side by side with the base kernel, and only a revision
-that is faster beyond noise is written (with ``write``): a new template beside the base kernel and
-its tuned parameters in the params file. Otherwise the result says plainly why nothing improved.
+that is faster beyond noise becomes a change (``AgentResult.template``): a new template beside the base
+kernel and its tuned parameters, which the run's write-back mode delivers as it delivers tuned records
+(in place, a patch, a commit or a pull request). The agent writes none of the user's files itself.
+Otherwise the result says plainly why nothing improved.
 """
 
 from __future__ import annotations
@@ -31,21 +33,20 @@ from pytest_ktune.agent._client import (
 )
 from pytest_ktune.agent._proposal import ProposalError
 from pytest_ktune.agent._rules import rule_proposal
-from pytest_ktune.agent._sandbox import write_template
+from pytest_ktune.agent._sandbox import new_template_files, template_module, template_name
 from pytest_ktune.agent._tools import TOOLS, BaseTime, Bench, Revision, Workbench, tool_result
 from pytest_ktune.agent._transcript import Transcript, new_run_id
-from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.files import write_atomic
 from pytest_ktune.core.keys import cases_by_key, key_label, key_string
 from pytest_ktune.core.options import DEFAULTS
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.store import Record, Store, Tuned, now_utc, target_id
-from pytest_ktune.core.target import Target
 from pytest_ktune.core.verified import how_verified
 from pytest_ktune.measure.tools import ToolPlan
 from pytest_ktune.measure.worker import TargetRef, WorkerPool, WorkerSpec
 from pytest_ktune.tuner.decide import SideBySide, weigh
+from pytest_ktune.tuner.outcome import TemplateChange
 
 SYSTEM = """You tune one GPU kernel for pytest-ktune. Work only through the tools.
 Method: rewrite the kernel into an explicitly parameterised template (block size, vector width, items per
@@ -104,7 +105,7 @@ class KeyComparison:
 
 @dataclass(frozen=True)
 class AgentResult:
-    """How a run ended, and what it found and wrote."""
+    """How a run ended, and what it found: ``template``, the change to deliver, when it improved."""
 
     target: str
     status: str  # "improved", "no-improvement", "no-template", "off" or "error"
@@ -112,7 +113,7 @@ class AgentResult:
     message: str  # the whole story in words, for the terminal
     proposal: Any = None  # the best verified Proposal
     comparisons: tuple[KeyComparison, ...] = ()
-    written: tuple[Path, ...] = ()
+    template: TemplateChange | None = None
     transcript: Path | None = None
     usage: str = ""
     iterations: int = 0
@@ -122,8 +123,9 @@ class _Stop(Exception):
     """The loop ends here, for the reason given."""
 
 
-def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path | None = None) -> AgentResult:
-    """Run the agent loop on ``bench.base``; write only a verified template that beats it (with ``write``)."""
+def run_agent(bench: Bench, settings: AgentSettings, *, dest: Path | None = None) -> AgentResult:
+    """Run the agent loop on ``bench.base``; a verified template that beats it is the result's change,
+    for the files under ``dest`` (default: beside the base kernel)."""
 
     settings.check()
     if settings.model is None:
@@ -190,11 +192,11 @@ def run_agent(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path 
     except (ModelError, BudgetError) as exc:
         stop = exc.message + (f" (next step: {exc.hint})" if exc.hint else "")
     transcript.write("stop", {"iteration": iteration, "reason": stop, "usage": client.usage.describe(settings.model)})
-    result = conclude(bench, bench_tools, settings, stop=stop, write=write, dest=dest, budget=budget)
+    result = conclude(bench, bench_tools, settings, stop=stop, dest=dest, budget=budget)
     result = _with(result, transcript=transcript.path, usage=client.usage.describe(settings.model),
                    iterations=iteration)
     transcript.write("result", {"status": result.status, "message": result.message,
-                                "written": [str(p) for p in result.written]})
+                                "template": sorted(result.template.files) if result.template else []})
     return result
 
 
@@ -293,10 +295,11 @@ def compare(bench: Bench, base_time: BaseTime, rev: Revision, rounds: int,
     return KeyComparison(base_time.label, base_time.params, a_us, search.best, b_us, ok, note, slower=bool(slower))
 
 
-def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: str, write: bool,
-             dest: Path | None, lead: str = "", budget: Budget | None = None) -> AgentResult:
-    """Compare the best verified revision with the base kernel; write it only if it is faster on some key
-    and slower on none. With the run's budget spent, the best revision is saved, not compared."""
+def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: str, dest: Path | None,
+             lead: str = "", budget: Budget | None = None) -> AgentResult:
+    """Compare the best verified revision with the base kernel; make it the result's change only if it
+    is faster on some key and slower on none. With the run's budget spent, the best revision is saved
+    under .ktune/agent/, not compared."""
     base = bench.base
     best = tools.best()
     lead = lead or f"agent stopped: {stop}"
@@ -321,23 +324,19 @@ def conclude(bench: Bench, tools: Workbench, settings: AgentSettings, *, stop: s
                            comparisons=comparisons,
                            message=f"{head} gave no improvement: {numbers}. Nothing was written.")
     saved = _save(bench, best, {c.label: dict(c.template_params) for c in comparisons})
-    if not write:
-        return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
-                           comparisons=comparisons,
-                           message=f"{head} is faster: {numbers}. Not written (write mode is not 'file'); the "
-                                   f"template and its parameters are saved in {_rel(saved, bench.root)}.")
     try:
-        written = write_result(bench, best, comparisons, dest or base.file.parent, tools.device.id)
+        template = template_change(bench, best, comparisons, dest or base.file.parent, tools.device.id,
+                                   summary=f"{head} is faster: {numbers}.")
     except KtuneError as exc:
         return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
                            comparisons=comparisons,
-                           message=f"{head} is faster: {numbers}. It was NOT written: {exc.render()}. The "
+                           message=f"{head} is faster: {numbers}. It cannot be delivered: {exc.render()}. The "
                                    f"template and its parameters are saved in {_rel(saved, bench.root)}.")
     return AgentResult(target=base.name, status="improved", stop=stop, proposal=best.proposal,
-                       comparisons=comparisons, written=tuple(written),
-                       message=f"{head} is faster: {numbers}. Wrote "
-                               f"{', '.join(_rel(p, bench.root) for p in written if p != bench.params_path)} and its "
-                               f"tuned parameters to {_rel(bench.params_path, bench.root)}.")
+                       comparisons=comparisons, template=template,
+                       message=f"{head} is faster: {numbers}. The template ({', '.join(sorted(template.files))}) "
+                               "and its tuned parameters go to the write-back; they are saved in "
+                               f"{_rel(saved, bench.root)}.")
 
 
 def _save(bench: Bench, rev: Revision, params: Mapping[str, Mapping[str, Value]]) -> Path:
@@ -355,28 +354,37 @@ def _rel(path: Path, root: Path) -> str:
         return str(path)
 
 
-def write_result(bench: Bench, rev: Revision, comparisons: Sequence[KeyComparison], dest: Path,
-                 device: str) -> list[Path]:
-    """Write the template beside the base kernel and its tuned parameters, per key, to the params file."""
-
-    files = write_template(rev.proposal, bench.base, dest=dest, verified=rev.check)
-    py = next(p for p in files if p.suffix == ".py")
-    module = import_file(py)
-    new = next(v for v in vars(module).values() if isinstance(v, Target) and v.file == py.resolve())
-    tid = target_id(new, bench.root)
+def template_change(bench: Bench, rev: Revision, comparisons: Sequence[KeyComparison], dest: Path, device: str,
+                    *, summary: str) -> TemplateChange:
+    """The template's new files under ``dest`` and its tuned parameters, per key, as records of the new
+    target: the change the write-back delivers. A KtuneError where a file of it exists, or lies
+    outside the project."""
+    files = new_template_files(rev.proposal, bench.base, dest=dest, verified=rev.check)
+    module = template_module(bench.base, rev.proposal.backend, dest)
+    root = bench.root.resolve()
+    rel = {}
+    for path in files:
+        try:
+            rel[path] = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            raise KtuneError(f"{path} is outside the project {bench.root}", where=bench.base.where,
+                             hint="keep the kernel inside the project, or write the template with ktune "
+                                  "templatize --out") from None
+    tid = f"{module.resolve().relative_to(root).as_posix()}::{template_name(bench.base)}"
     records = []
     cover = frozenset(config_key(c) for c in rev.check.checked)
-    by_key = cases_by_key(new, bench.backend)
+    # The template keeps the base's cases and key, so its sandboxed target (``rev.target``) names them.
+    by_key = cases_by_key(rev.target, bench.backend)
     for c in comparisons:
         search = rev.searches[c.label]
         _, indices = by_key.get(key_string(search.key), ({}, []))
-        cases = [new.case_id(new.cases[i]) for i in indices]
+        cases = [rev.target.case_id(rev.target.cases[i]) for i in indices]
         records.append(Record(target=tid, device=device, key=dict(search.key), params=dict(c.template_params),
                               tuned=Tuned(date=now_utc(), sampler=bench.tune.sampler, trials=search.timed,
                                           study=search.study, result=f"agent revision {rev.number}: {c.note}",
                                           verified=how_verified(cover, c.template_params, cases))))
-    Store(bench.params_path).save(records)
-    return [*files, bench.params_path]
+    return TemplateChange(target=bench.base.name, files={rel[p]: text for p, text in files.items()},
+                          records=tuple(records), summary=summary)
 
 
 def task_text(bench: Bench, device: Any) -> str:
@@ -410,9 +418,9 @@ AGENT_OFF = ("agent: off (no model configured: set --ktune-model or KTUNE_MODEL,
              "OPENAI_API_KEY); the rule-based templater runs instead")
 
 
-def rules_fallback(bench: Bench, settings: AgentSettings, *, write: bool, dest: Path | None = None) -> AgentResult:
+def rules_fallback(bench: Bench, settings: AgentSettings, *, dest: Path | None = None) -> AgentResult:
     """What ``--ktune-agent`` does with no model: the rule-based template, verified, searched, compared
-    with the base kernel side by side, and written only if faster (with ``write``); within the run's
+    with the base kernel side by side, and the result's change only if faster; within the run's
     budgets (``settings``: wall time, memory, the checking tools), as the model's loop is."""
 
     base = bench.base
@@ -430,17 +438,17 @@ def rules_fallback(bench: Bench, settings: AgentSettings, *, write: bool, dest: 
                                                   if k not in ("backend", "origin")}, origin="rules")
     lead = AGENT_OFF if outcome.get("ok") else f"{AGENT_OFF}; its template was rejected: " \
         f"{outcome.get('message') or outcome.get('error')}"
-    return conclude(bench, tools, settings, stop=AGENT_OFF, write=write, dest=dest, lead=lead, budget=budget)
+    return conclude(bench, tools, settings, stop=AGENT_OFF, dest=dest, lead=lead, budget=budget)
 
 
-def run_stage(bench: Bench, settings: AgentSettings, *, write: bool) -> AgentResult:
+def run_stage(bench: Bench, settings: AgentSettings) -> AgentResult:
     """The agent stage of one target, before its search: the agent loop with a model, the rule-based
     templater without one. An error of the stage is its result (status "error"): the search of the
     target itself still runs."""
     try:
         if settings.model is None:
-            return rules_fallback(bench, settings, write=write)
-        return run_agent(bench, settings, write=write)
+            return rules_fallback(bench, settings)
+        return run_agent(bench, settings)
     except KtuneError as exc:
         return AgentResult(target=bench.base.name, status="error", stop=exc.message,
                            message=f"{bench.base.name}: the agent stage failed: {exc.render()}")

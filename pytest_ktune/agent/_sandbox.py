@@ -218,8 +218,7 @@ def _docstring_text(text: str) -> str:
     return text.strip().replace("\\", "/").replace('"""', "'''")
 
 
-def template_files(proposal: Proposal, base: Target, *, dest: Path, suffix: str = "_tpl",
-                   verified: Any = None) -> dict[Path, str]:
+def template_files(proposal: Proposal, base: Target, *, dest: Path, verified: Any = None) -> dict[Path, str]:
     """The files ``write_template`` writes, by path: the kernel source, the headers it includes (when
     ``dest`` is not the base source's folder) and the ``.py`` with the ``@ktune.target``, which says
     what ``verified`` (the proposal's ProposalCheck) verified. Raises KtuneError for a header that
@@ -227,7 +226,7 @@ def template_files(proposal: Proposal, base: Target, *, dest: Path, suffix: str 
     proposal.validate()
     src = base.source_path(proposal.backend).resolve()
     files: dict[Path, str] = {}
-    source_name = _source_name(base, proposal.backend, suffix)
+    source_name = _source_name(base, proposal.backend, "_tpl")
     files[dest / source_name] = proposal.source
     if dest.resolve() != src.parent:
         for path, text in _headers(proposal.source, base, proposal.backend).items():
@@ -237,7 +236,7 @@ def template_files(proposal: Proposal, base: Target, *, dest: Path, suffix: str 
                                  f"copied under {dest}", where=base.where,
                                  hint="write the template beside the kernel (leave out --out)")
             files[dest / rel] = text
-    tname = f"{base.name}{suffix}"
+    tname = template_name(base)
     var = _module_vars_name(base)
     params, call = _signature_text(base)
     space = "".join(f"\n        {k}={list(v)!r}," for k, v in proposal.space.items())
@@ -292,19 +291,19 @@ LAUNCH = {dict(proposal.launch)!r}
 def {tname}({params}) -> Any:
     return relaunch(_base, kernel, LAUNCH, {call})
 '''
-    files[dest / f"{Path(source_name).stem}.py"] = py
+    files[template_module(base, proposal.backend, dest)] = py
     return files
 
 
-def write_template(proposal: Proposal, base: Target, *, dest: Path, verified: Any = None) -> list[Path]:
-    """Write the verified template as a new .cu/.cl plus a new .py @ktune.target beside it. Never
-    overwrites a file: raises with a hint if one exists (a header already there with the same text is
-    kept as it is). Every file lies under ``dest`` once resolved (links followed), or none is written."""
+def new_template_files(proposal: Proposal, base: Target, *, dest: Path, verified: Any = None) -> dict[Path, str]:
+    """The files of the template (``template_files``) that are not there yet: a header already there with
+    the same text is left out. Raises KtuneError where one of them exists (the template never replaces
+    a file), or would land outside ``dest`` once resolved (links followed)."""
     files = template_files(proposal, base, dest=dest, verified=verified)
     source_name = _source_name(base, proposal.backend, "_tpl")
-    own = {dest / source_name, dest / f"{Path(source_name).stem}.py"}
-    dest.mkdir(parents=True, exist_ok=True)
+    own = {dest / source_name, template_module(base, proposal.backend, dest)}
     root = dest.resolve()
+    out = {}
     for path, text in files.items():
         if path.is_symlink() or not (path.parent.resolve() / path.name).is_relative_to(root):
             raise KtuneError(f"{path} would be written outside {dest}; the template was not written",
@@ -312,10 +311,29 @@ def write_template(proposal: Proposal, base: Target, *, dest: Path, verified: An
         if path.exists() and (path in own or path.read_text() != text):
             raise KtuneError(f"{path} exists; the template was not written", where=base.where,
                              hint="pass another --out folder, or move the old file away first")
+        if not path.exists():
+            out[path] = text
+    return out
+
+
+def template_module(base: Target, backend: str, dest: Path) -> Path:
+    """The ``.py`` of the template of ``base`` written under ``dest``, which holds the target
+    ``template_name(base)``."""
+    return dest / f"{Path(_source_name(base, backend, '_tpl')).stem}.py"
+
+
+def template_name(base: Target) -> str:
+    return f"{base.name}_tpl"
+
+
+def write_template(proposal: Proposal, base: Target, *, dest: Path, verified: Any = None) -> list[Path]:
+    """Write the verified template as a new .cu/.cl plus a new .py @ktune.target beside it. Never
+    overwrites a file: raises with a hint if one exists (a header already there with the same text is
+    kept as it is). Every file lies under ``dest`` once resolved (links followed), or none is written."""
+    files = new_template_files(proposal, base, dest=dest, verified=verified)
+    dest.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for path, text in files.items():
-        if path.exists():
-            continue  # a shared header with the same text
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("x") as fh:
             fh.write(text)

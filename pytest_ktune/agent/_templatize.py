@@ -221,7 +221,7 @@ def _tune(chosen: Proposal, base: Target, *, root: Path, settings: TemplatizeSet
     target = proposal_target(chosen, base, workdir=root / ".ktune" / "agent" / "targets")
     budget.check()
     tsettings = TuneSettings(trials=settings.trials, seed=settings.seed, timeout_s=budget.cap(budget.left_s()),
-                             trial_timeout_s=budget.cap(settings.trial_timeout_s), write=False)
+                             trial_timeout_s=budget.cap(settings.trial_timeout_s))
     ctx = TuneContext(root=root, params_path=root / "ktune-params.json", backend=settings.backend,
                       settings=tsettings, progress=None)
     outcomes = []

@@ -279,10 +279,10 @@ class Workbench:
 
     # -- searching ---------------------------------------------------------------------
     def search(self, rev: Revision, trials: int) -> None:
-        """Search the revision's space for every key (Optuna, write disabled), the queued configurations first."""
+        """Search the revision's space for every key (Optuna; nothing is delivered), the queued configurations first."""
 
         b = self.bench
-        settings = replace(b.tune, write=False, trials=trials)
+        settings = replace(b.tune, trials=trials)
         if self.budget is not None:
             self.budget.check()
             left = self.budget.cap(settings.timeout_s or self.budget.left_s())

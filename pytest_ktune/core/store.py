@@ -130,6 +130,11 @@ class Record:
     def ident(self) -> tuple[str, str, str]:
         return (self.target, self.device, key_string(self.key))
 
+    @classmethod
+    def from_json(cls, raw: Any, where: str = "record") -> Record:
+        """The record ``to_json`` wrote; a ValueError, naming ``where``, for one that is damaged."""
+        return _parse_record(raw, where)
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"target": self.target, "device": self.device, "key": dict(self.key),
                              "params": dict(self.params)}
@@ -208,8 +213,7 @@ def _parse_baseline(raw: Any, where: str) -> Baseline:
                     deps_hash=deps, machines=machines)
 
 
-def _parse_record(raw: Any, i: int) -> Record:
-    where = f"record {i}"
+def _parse_record(raw: Any, where: str) -> Record:
     if not isinstance(raw, dict):
         raise ValueError(f"{where} is not an object")
     _require(raw, {"target": str, "device": str, "key": dict, "params": dict}, where)
@@ -275,7 +279,7 @@ class Store:
         if not isinstance(raw_records, list):
             raise StoreError("the params file has no \"records\" list", where=str(path), hint=hint)
         try:
-            records = [_parse_record(r, i) for i, r in enumerate(raw_records)]
+            records = [_parse_record(r, f"record {i}") for i, r in enumerate(raw_records)]
         except ValueError as exc:
             raise StoreError(f"the params file is damaged: {exc}", where=str(path), hint=hint) from None
         return cls(path, records)

@@ -181,7 +181,7 @@ def replay_tune(root: Path, target: Target, land: Landscape, *, sampler: str, tr
         holder.append(pool)
         return pool
 
-    settings = TuneSettings(trials=trials, sampler=sampler, storage=MEMORY, seed=seed, write=False, priors=priors)
+    settings = TuneSettings(trials=trials, sampler=sampler, storage=MEMORY, seed=seed, priors=priors)
     with tempfile.TemporaryDirectory(prefix="ktune-replay-") as tmp:
         params = Path(tmp) / "ktune-params.json"
         if records:

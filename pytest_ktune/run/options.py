@@ -35,8 +35,7 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
     tune = None
     if tuning:
         tune = TuneSettings(trials=opts.trials, timeout_s=opts.tune_timeout, sampler=opts.sampler,
-                            storage=opts.storage, seed=opts.seed, trial_timeout_s=opts.trial_timeout,
-                            write=opts.write == "file")
+                            storage=opts.storage, seed=opts.seed, trial_timeout_s=opts.trial_timeout)
         tune.check(samplers=(opts.sampler,))  # the name itself is asked of the hooks below
     if opts.agent and not tuning:
         raise OptionError("--ktune-agent runs around the tuner: add --ktune-tune (or --ktune-autotune)")

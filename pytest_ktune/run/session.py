@@ -15,7 +15,6 @@ from typing import Any
 from pytest_ktune import backends
 from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
-from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
 from pytest_ktune.core.target import Target
@@ -35,7 +34,7 @@ from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
 from pytest_ktune.run.settings import Settings
-from pytest_ktune.run.tuning import Tuning, autotune_choice
+from pytest_ktune.run.tuning import Tuning
 from pytest_ktune.tuner.outcome import TuneOutcome
 from pytest_ktune.writeback.change import Change
 from pytest_ktune.writeback.deliver import deliver_change, git_mode
@@ -246,33 +245,17 @@ class Session:
 
     # -- tuning ----------------------------------------------------------
     def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
-        """Tune one key of a target (under --ktune-autotune, only what the autotune rule picks)."""
-        assert self.settings.tune is not None
+        """Tune one key of a target, where the run's tuning chooses it (``run.tuning.Tuning.choose``)."""
         device = self.device()
         if self.tuning is None:
-            self.tuning = Tuning(root=self.settings.root, params_path=self.settings.params_path,
-                                 backend=device.backend, settings=self.settings.tune,
-                                 extensions=self.settings.extensions, agent=self.settings.agent,
-                                 progress=self.settings.progress, command=self.settings.command,
-                                 write_mode=self.settings.write_mode)
-        if device.backend not in target.sources:
-            raise Skip(f"{target.name} has no {device.backend} source")
-        if self.settings.autotune:
-            case_ids = {target.case_id(target.cases[i]) for i in indices}
-            regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
-                            for r in self.results)
-            choice = autotune_choice(self.record(target, device, key), target, device.backend, regressed=regressed)
-            if not choice.tune:
-                raise Skip(f"{choice.why} and no regression in this run")
-        out = self.tuning.tune(target, key, indices)
-        if out.written:
-            self._tuned.add((self.target_id(target), out.device, key_string(key)))
-            try:
-                self.store = Store.load(self.settings.params_path)
-                self._recorded_on.clear()
-            except StoreError as exc:
-                self.store, self.store_error = None, exc
-        return out
+            self.tuning = Tuning(self.settings, backend=device.backend, device=device)
+        case_ids = {target.case_id(target.cases[i]) for i in indices}
+        regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
+                        for r in self.results)
+        choice = self.tuning.choose(target, key, regressed=regressed)
+        if not choice.tune:
+            raise Skip(choice.why + (" and no regression in this run" if choice.rule == "current" else ""))
+        return self.tuning.tune(target, key, indices)
 
     # -- end -------------------------------------------------------------
     def results_for_reports(self) -> RunResults:
@@ -309,7 +292,8 @@ class Session:
         """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""
         tuned = None
         if self.tuning is not None:
-            tuned = self.tuning.finish(self.service.copy_bandwidth if self._device is not None else None)
+            self._tuned = self.tuning.delivers()  # their records carry their own baselines
+            tuned = self.tuning.finish(self.service.copy_bandwidth)
         lines = [line for line in (self._finish_baselines(), tuned) if line]
         return "\nktune: ".join(lines) or None
 

@@ -41,8 +41,8 @@ class TuneOutcome:
     decision: str
     report: Path | None  # the report written for it (by ``run.tuning``), if any
     wall_s: float
-    written: bool
-    record: Record | None = None
+    written: bool  # delivered by the run's write-back mode (``run.tuning.Tuning.finish``)
+    record: Record | None = None  # what the params file gets for this key (a winner, or the kept one's ``tuned``)
     changes: tuple[CaseChange, ...] = ()
     # What the study's report shows (with ``TuneContext.reports``): its summary, every trial, and
     # the parameters' importances where they mean something.
@@ -63,6 +63,17 @@ class TuneOutcome:
     def trials_cell(self) -> str:
         """The same in a table's cell: ``4``, or ``0 (+8 earlier)`` for a resumed study."""
         return f"{self.timed}" + (f" (+{self.earlier} earlier)" if self.earlier else "")
+
+
+@dataclass(frozen=True)
+class TemplateChange:
+    """A verified template the agent stage found faster than the base kernel: the new files it adds and
+    its tuned records, for the write-back mode to deliver as it delivers tuned records."""
+
+    target: str  # the base target's name
+    files: Mapping[str, str]  # path relative to the project root, in posix form -> text; all new files
+    records: tuple[Record, ...]
+    summary: str  # one paragraph for a commit message or pull request: the side-by-side times
 
 
 @dataclass(frozen=True)

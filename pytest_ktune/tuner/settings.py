@@ -28,7 +28,6 @@ class TuneSettings:
     seed: int | None = DEFAULTS.seed
     trial_timeout_s: float = DEFAULTS.trial_timeout
     batch: int = 4
-    write: bool = True
     priors: bool = True  # time the device priors (_priors) among the warm starts (tune_key says where)
 
     def check(self, samplers: Collection[str] = SAMPLERS) -> None:
@@ -59,6 +58,10 @@ class TuneContext:
     # nothing for a report; the live tuner leaves both as they are.
     pool_factory: PoolFactory | None = None
     reports: bool = True
+    # Keep each key's decision under .ktune/winners/ until the write-back delivers it, so that a rerun
+    # after an interruption resumes it (``tuner.kept``): the run's tunes do (``run.tuning``); the agent's
+    # searches and replays, which deliver nothing, do not.
+    keep: bool = False
     # The sampler (None: the built-in one ``settings.sampler`` names) and the backend's factory (None:
     # the built-in backend of that name), as the extension hooks resolved them.
     sampler_factory: SamplerFactory | None = None

@@ -23,7 +23,9 @@ class Change:
     repository's top level or a folder inside it), in posix form, to the file's
     new text. ``body_markdown`` is the before/after table the caller built; it
     becomes the commit message's body and the pull request's description.
-    ``targets`` (target ids or names) and ``device`` name the branch.
+    ``targets`` (target ids or names) and ``device`` name the branch. ``new_files``: paths of
+    ``files`` that must not exist yet (a template the agent made): a file mode that finds one
+    already there with another text refuses the whole change, so no file of the user's is replaced.
     """
 
     files: Mapping[str, str]
@@ -31,6 +33,7 @@ class Change:
     body_markdown: str
     targets: tuple[str, ...]
     device: str
+    new_files: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

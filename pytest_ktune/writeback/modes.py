@@ -51,15 +51,33 @@ from pytest_ktune.writeback.repo import Repo, prepare
 
 
 def write_file(root: Path, change: Change) -> str:
-    """Write every file of ``change`` in place under ``root``, each atomically; a one-line summary."""
+    """Write every file of ``change`` in place under ``root``, each atomically; a one-line summary.
+
+    Every file is checked before any is written: one of ``change.new_files`` that exists with another
+    text, or a path that leads out of ``root`` through a link, refuses the change with nothing written."""
     root = Path(root)
     check_paths(change, str(root))
-    written = []
+    todo = []
     for rel, text in sorted(change.files.items()):
         path = root.joinpath(*rel.split("/"))
+        if not path.parent.resolve().is_relative_to(root.resolve()) or (path.is_symlink() and rel in change.new_files):
+            raise WritebackError(f"{rel} would be written outside {root} (through a link); nothing was written",
+                                 where=str(path), hint="remove the link, or deliver with --ktune-write=patch")
         try:
-            if path.exists() and path.read_bytes() == text.encode():
-                continue
+            same = path.is_file() and path.read_bytes() == text.encode()
+        except OSError as exc:
+            raise WritebackError(f"cannot read {rel}: {exc.strerror}", where=str(path),
+                                 hint="check the file's permissions") from None
+        if same:
+            continue
+        if rel in change.new_files and path.exists():
+            raise WritebackError(f"{rel} exists with another text; nothing was written", where=str(path),
+                                 hint="move the old file away and rerun (the decision is kept), or deliver with "
+                                      "--ktune-write=patch, commit or pr")
+        todo.append((rel, path, text))
+    written = []
+    for rel, path, text in todo:
+        try:
             write_atomic(path, text.encode())
         except OSError as exc:
             raise WritebackError(f"cannot write {rel}: {exc.strerror}", where=str(path),

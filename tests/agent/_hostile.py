@@ -180,7 +180,7 @@ def make_project(top: Path) -> Project:
 def bench(project: Project, name: str, *, trials: int = 2) -> Bench:
     base = getattr(import_file(project.kernels / "hostile_targets.py"), name)
     return Bench(root=project.root, params_path=project.root / "ktune-params.json", backend="opencl", base=base,
-                 tune=TuneSettings(trials=trials, seed=3, trial_timeout_s=30.0, write=False), sample=0)
+                 tune=TuneSettings(trials=trials, seed=3, trial_timeout_s=30.0), sample=0)
 
 
 def propose(template: Mapping[str, Any], tool: str = "propose_template") -> Canned:
@@ -207,7 +207,7 @@ class Run:
         return json.dumps(self.server.sent("scenario"))
 
 
-def run(project: Project, target: str, script: Sequence[Canned], *, write: bool = True, dest: Path | None = None,
+def run(project: Project, target: str, script: Sequence[Canned], *, dest: Path | None = None,
         **settings: Any) -> Run:
     """The agent loop on ``target`` against ``script``, the real openai client against the stub."""
     model_kw = {k: settings.pop(k) for k in ("timeout_s", "max_retries") if k in settings}
@@ -216,7 +216,7 @@ def run(project: Project, target: str, script: Sequence[Canned], *, write: bool 
         model = ModelSettings(model="scenario", base_url=server.base_url, api_key=API_KEY, backoff_s=0.01,
                               **{"timeout_s": 20.0, "max_retries": 1, **model_kw})
         agent = AgentSettings(model=model, **{"iterations": 6, "max_bad_replies": 2, **settings})
-        result = run_agent(bench(project, target), agent, write=write, dest=dest)
+        result = run_agent(bench(project, target), agent, dest=dest)
     return Run(result, server, time.monotonic() - started)
 
 

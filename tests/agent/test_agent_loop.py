@@ -3,7 +3,7 @@
 
 Each bad input ends in a clear message, with nothing written: the project's files (the params file
 byte for byte) are as they were. One good conversation turns a naive kernel into a faster, verified
-template and writes it.
+template, which the write-back delivers.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pytest_ktune.core.discover import import_file
 from pytest_ktune.core.redact import Redactor
 from pytest_ktune.testing.openai_stub import Canned, StubServer, completion, tool_call
 from pytest_ktune.tuner.settings import TuneSettings
+from pytest_ktune.writeback.deliver import WriteRequest, builtin_write_back
 
 pytest.importorskip("pyopencl")
 
@@ -108,22 +109,22 @@ def _files(root: Path) -> dict[str, bytes]:
 def _bench(root: Path, module: str, name: str, *, trials: int = 3, sample: int = 1) -> Bench:
     base = getattr(import_file(root / "kernels" / module), name)
     return Bench(root=root, params_path=root / "ktune-params.json", backend="opencl", base=base,
-                 tune=TuneSettings(trials=trials, seed=3, trial_timeout_s=30.0, write=False), sample=sample)
+                 tune=TuneSettings(trials=trials, seed=3, trial_timeout_s=30.0), sample=sample)
 
 
-def _run(root: Path, script: Sequence[Canned], *, write: bool = True, **loop: Any) -> tuple[AgentResult, StubServer]:
+def _run(root: Path, script: Sequence[Canned], **loop: Any) -> tuple[AgentResult, StubServer]:
     """Run the loop on the scale_add project against ``script``; returns the result and the stopped server."""
     model_kw = {k: loop.pop(k) for k in ("timeout_s", "max_retries", "token_budget") if k in loop}
     with StubServer({"scenario": list(script)}) as server:
         model = ModelSettings(model="scenario", base_url=server.base_url, api_key=API_KEY, backoff_s=0.01,
                               **{"timeout_s": 10.0, "max_retries": 2, **model_kw})
         settings = AgentSettings(model=model, **{"iterations": 6, "max_bad_replies": 2, **loop})
-        result = run_agent(_bench(root, "scale_add_target.py", "scale_add"), settings, write=write)
+        result = run_agent(_bench(root, "scale_add_target.py", "scale_add"), settings)
     return result, server
 
 
 def _assert_nothing_written(root: Path, before: Mapping[str, bytes], result: AgentResult) -> None:
-    assert result.written == ()
+    assert result.template is None
     assert _files(root) == before
     assert (root / "ktune-params.json").read_text() == PARAMS
 
@@ -336,15 +337,28 @@ def test_a_good_conversation_turns_a_naive_kernel_into_a_faster_verified_templat
         shutil.copy(REPO / "benchmarks" / "naive" / name, kernels / name)
     (root / "ktune-params.json").write_text(PARAMS)
     bench = _bench(root, "silu_and_mul.py", "silu_and_mul_naive", trials=3, sample=1)
-    result = _scripted_agent().run_scripted(bench, with_mistake=False, steer=False, write=True, dest=kernels,
+    result = _scripted_agent().run_scripted(bench, with_mistake=False, steer=False, dest=kernels,
                                             compare_rounds=1)
     assert result.status == "improved", result.message
     assert result.stop == "the model finished (at the memory roof)"
     (cmp,) = result.comparisons
     assert cmp.faster and cmp.template_us < cmp.base_us  # timed side by side with the naive default
     assert dict(cmp.base_params) == {"NAIVE": 1}
-    written = {p.name for p in result.written}
-    assert {"silu_and_mul_tpl.cl", "silu_and_mul_tpl.py", "ktune-params.json"} <= written
+    # The agent wrote nothing of the project's: the template is a change for the write-back to deliver.
+    assert result.template is not None
+    assert set(result.template.files) == {"kernels/silu_and_mul_tpl.cl", "kernels/silu_and_mul_tpl.py"}
+    assert sorted(p.name for p in kernels.iterdir() if p.is_file()) == ["naive.clh", "silu_and_mul.cl",
+                                                                         "silu_and_mul.py"]
+    assert (root / "ktune-params.json").read_text() == PARAMS
+    # Delivered as the run's file mode delivers it: the template beside the kernel, its records in the file.
+    file_mode = builtin_write_back("file")
+    assert file_mode is not None
+    line = file_mode(WriteRequest(
+        mode="file", root=root, params_path=root / "ktune-params.json", outcomes=(), device="pocl",
+        command="pytest --ktune --ktune-tune --ktune-agent", copy_bandwidth=lambda: None,
+        templates=(result.template,)))
+    assert line == ("templates: wrote kernels/silu_and_mul_tpl.cl, kernels/silu_and_mul_tpl.py; "
+                    f"wrote 1 tuned record(s) to {root / 'ktune-params.json'}")
     records = json.loads((root / "ktune-params.json").read_text())["records"]
     (record,) = records
     assert record["target"] == "kernels/silu_and_mul_tpl.py::silu_and_mul_naive_tpl"

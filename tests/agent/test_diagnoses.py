@@ -102,7 +102,7 @@ def test_the_agent_loop_prints_one_line_per_refusal_naming_the_stage(hostile: Pr
     with StubServer({"scenario": [propose(_HUGE), propose(tpl), finish()]}) as server:
         model = ModelSettings(model="scenario", base_url=server.base_url, api_key=API_KEY, backoff_s=0.01)
         run_agent(replace(bench(hostile, "scale_add"), progress=stream),
-                  AgentSettings(model=model, iterations=4, max_failed_proposals=4), write=False)
+                  AgentSettings(model=model, iterations=4, max_failed_proposals=4))
     lines = stream.getvalue().splitlines()
     refused = [ln for ln in lines if " rejected at " in ln]
     assert len(refused) == 2, lines

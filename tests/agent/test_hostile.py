@@ -44,7 +44,7 @@ def _scale_add(source: str, **extra: Any) -> dict[str, Any]:
 
 
 def _nothing_written(project: Project, before: dict[str, bytes], outcome: Any) -> None:
-    assert outcome.result.written == ()
+    assert outcome.result.template is None
     assert project.changed(before) == set()
 
 

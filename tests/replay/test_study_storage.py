@@ -35,7 +35,7 @@ def _tune(tmp_path: Path, t: Target, land: Landscape, *, trials: int, sampler: s
     def pool(spec: WorkerSpec, *, trial_timeout_s: float) -> ReplayPool:
         return ReplayPool(spec, trial_timeout_s=trial_timeout_s, landscape=land, seed=1)
 
-    settings = TuneSettings(trials=trials, sampler=sampler, seed=1, write=False)
+    settings = TuneSettings(trials=trials, sampler=sampler, seed=1)
     ctx = TuneContext(root=tmp_path, params_path=tmp_path / "ktune-params.json", backend=land.backend,
                       settings=settings, pool_factory=functools.partial(pool), reports=False)
     return tune_key(ctx, t, land.key, cases_by_key(t, land.backend)[key_string(land.key)][1])

@@ -126,11 +126,26 @@ def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
         time.sleep(0.2)
 
 
+def interrupt_when(proc: subprocess.Popen[str], condition: Callable[[], bool], *, timeout: float,
+                   what: str) -> tuple[int, str, str]:
+    """Ctrl-C ``proc`` once ``condition`` holds; its exit code, stdout and stderr (killed if it lingers)."""
+    import signal
+
+    try:
+        wait_until(condition, timeout=timeout, what=what, alive=proc)
+        proc.send_signal(signal.SIGINT)  # to the command alone; its worker ignores SIGINT anyway
+        return finish(proc, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 SUMMARY = re.compile(r"^(?P<target>\S+) (?P<key>\S+): best (?P<us>[\d.]+) µs (?P<params>\{.*?\}) after "
                      r"(?P<timed>\d+) timed trials \((?P<infeasible>\d+) infeasible, (?P<failed>\d+) failed\)"
                      r"(?:, and (?P<earlier>\d+) in earlier runs of the study \((?P<asked>\d+) asked in all\))?; "
-                     r"(?P<decision>.*); (?P<written>params file updated|params file unchanged|"
-                     r"not written \(--no-write\)); report: (?P<report>.+)$", re.MULTILINE)
+                     r"(?P<decision>.*); (?P<written>to be delivered \(--write [\w-]+\)|"
+                     r"not written \(--no-write\)|not written \(--write none\)); report: (?P<report>.+)$", re.MULTILINE)
 
 
 def summaries(stdout: str) -> list[dict[str, str]]:

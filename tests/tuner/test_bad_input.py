@@ -16,6 +16,7 @@ from ._tk import (
     config_text,
     decode,
     finish,
+    interrupt_when,
     journal,
     open_journal,
     repeat_target,
@@ -134,14 +135,7 @@ def test_ctrl_c_saves_the_study_and_the_same_command_resumes_it(project: Project
     project.write(slow_target(16384, case(2048, case_id="small")))
     budget = 6
     tune = cli.start("tune", "--write", "file", "--trials", str(budget), "--seed", "4")
-    try:
-        wait_until(lambda: complete_trials(cli) >= 2, timeout=120, what="two timed trials", alive=tune)
-        tune.send_signal(signal.SIGINT)  # to the command alone; its worker ignores SIGINT anyway
-        code, out, err = finish(tune, timeout=60)
-    finally:
-        if tune.poll() is None:
-            tune.kill()
-            tune.communicate()
+    code, out, err = interrupt_when(tune, lambda: complete_trials(cli) >= 2, timeout=120, what="two timed trials")
 
     # It stopped at once: the second key was not started, and nothing was written.
     assert code == 130, out + err

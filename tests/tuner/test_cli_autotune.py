@@ -25,7 +25,7 @@ def test_autotune_skips_tuned_keys_and_retunes_after_a_source_change(project: Pr
     assert changed.returncode == 0, changed.stdout + changed.stderr
     assert "the source has changed since, tuning again" in changed.stdout
     (line,) = summaries(changed.stdout)
-    assert line["target"] == "scale" and line["written"] == "params file updated"
+    assert line["target"] == "scale" and line["written"] == "to be delivered (--write file)"
 
     # The new entry is for the new source: the next --autotune skips the key again.
     last = cli.run("tune", "--autotune", "--write", "file", "scale", "--trials", "3", "--seed", "3")

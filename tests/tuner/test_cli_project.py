@@ -55,7 +55,7 @@ def test_the_path_given_picks_the_project_and_its_params_file(clone: Path) -> No
     assert done.stderr.splitlines()[0] == ("ktune: project proj (rootdir of proj/pytest.ini); params "
                                            "proj/ktune-params.json")
     (line,) = summaries(done.stdout)
-    assert line["target"] == "scale" and line["written"] == "params file updated"
+    assert line["target"] == "scale" and line["written"] == "to be delivered (--write file)"
     assert Path(line["report"]).parent == proj / ".ktune" / "reports"
     records = json.loads((proj / "ktune-params.json").read_text())["records"]
     assert sorted(r["target"] for r in records) == ["elsewhere.py::other", "kernels.py::scale"]

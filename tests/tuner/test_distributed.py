@@ -55,7 +55,7 @@ def test_a_coordinator_and_two_workers_share_one_study(project: Project, cli: Cl
     (line,) = summaries(out)
     assert ast.literal_eval(line["params"]) == decode(best, SPACE)
     assert float(line["us"]) == round(best.value or 0.0, 2)
-    assert line["written"] == "params file updated"
+    assert line["written"] == "to be delivered (--write file)"
     (record,) = project.records()
     assert record["params"] == decode(best, SPACE)
     assert record["tuned"]["study"] == name

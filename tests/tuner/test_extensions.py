@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from plugin._kit import Project
 
-from ._tk import Cli, repeat_target
+from ._tk import Cli, repeat_target, summaries
 
 TUNE = ("--ktune-tune", "--ktune-trials=3", "--ktune-seed=3", "-m", "ktune_tune")
 
@@ -71,6 +71,19 @@ def record(request):
 def pytest_ktune_write_back(mode):
     return record if mode == "record-json" else None
 '''
+
+
+def plugin_site(tmp_path: Path, code: str) -> dict[str, str]:
+    """An environment whose Python finds ``code`` as a plugin of the entry-point group ``ktune``."""
+    site = tmp_path / "site"
+    dist = site / "ktune_logged-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ktune-logged\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[ktune]\nlogged = ktune_logged\n")
+    (site / "ktune_logged.py").write_text(code)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "KTUNE_PARAMS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
 
 
 def test_a_conftest_backend_runs_the_items(project: Project) -> None:
@@ -135,14 +148,7 @@ def test_an_unknown_name_is_a_usage_error_before_anything_runs(project: Project,
 def test_the_command_asks_the_plugins_of_its_entry_point_group(project: Project, cli: Cli,
                                                                tmp_path: Path) -> None:
     project.write(repeat_target())
-    site = tmp_path / "site"
-    dist = site / "ktune_record-1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ktune-record\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[ktune]\nrecord = ktune_record\n")
-    (site / "ktune_record.py").write_text(WRITE_BACK_CODE)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "KTUNE_PARAMS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = plugin_site(tmp_path, WRITE_BACK_CODE)
     argv = cli.argv("tune", "scale", "--trials", "3", "--seed", "3", "--write", "record-json")
     done = subprocess.run(argv, cwd=project.path, env=env, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -154,3 +160,64 @@ def test_the_command_asks_the_plugins_of_its_entry_point_group(project: Project,
                              capture_output=True, text=True, timeout=240, check=False)
     assert unknown.returncode == 2
     assert "error: unknown write-back mode 'no-such'" in unknown.stderr
+
+
+# A mode that takes the name ``file`` and writes nothing: what it is given is every write the run would make.
+STOP_FILE_CODE = '''
+import json
+from pathlib import Path
+
+
+def stop(request):
+    out = Path(request.root) / "stopped.json"
+    out.write_text(json.dumps({"records": [o.record.to_json() for o in request.outcomes if o.record],
+                               "winners": len(request.winners),
+                               "templates": [sorted(t.files) for t in request.templates]}))
+    return "stopped every write of the run"
+
+
+def pytest_ktune_write_back(mode):
+    return stop if mode == "file" else None
+'''
+
+
+def test_a_plugin_mode_named_file_sees_and_stops_every_write_of_the_tuner(project: Project) -> None:
+    project.write(repeat_target())
+    project.pytester.makeconftest(STOP_FILE_CODE)
+    result = project.run(*TUNE, "--ktune-write=file")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["ktune: stopped every write of the run"])
+    # The tuner wrote nothing itself: the one record of the run reached the mode, which kept it.
+    assert not project.params_path.exists()
+    stopped = json.loads((project.path / "stopped.json").read_text())
+    (record,) = stopped["records"]
+    assert record["target"] == "kernels.py::scale" and record["params"]["REPEAT"] == 1
+    assert stopped["winners"] == 1 and stopped["templates"] == []
+
+
+def test_the_command_tunes_on_a_plugin_backend(project: Project, tmp_path: Path) -> None:
+    project.write(repeat_target())
+    # The backend plugin of the conftest above, installed for the command; its log lies beside it.
+    env = plugin_site(tmp_path, BACKEND_CONFTEST.replace('Path(__file__).parent / "backend.log"',
+                                                          f"Path({str(project.path / 'backend.log')!r})"))
+    argv = [sys.executable, "-m", "pytest_ktune.cli", "tune", "scale", "--trials", "3", "--seed", "3", "--write",
+            "file", "--root", str(project.path), "--backend", "logged-opencl"]
+    done = subprocess.run(argv, cwd=project.path, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = summaries(done.stdout)
+    assert line["target"] == "scale" and line["timed"] == "3"
+    # The plugin's backend compiled the candidates, in the tuner's workers, from the OpenCL source.
+    compiles = [json.loads(x) for x in (project.path / "backend.log").read_text().splitlines()]
+    assert any(c["worker"] for c in compiles)
+    (record,) = project.records()
+    assert record["target"] == "kernels.py::scale" and record["tuned"]["trials"] == 3
+
+
+def test_the_command_refuses_a_backend_no_target_has_a_source_for(project: Project, cli: Cli) -> None:
+    project.write(repeat_target())
+    argv = [*cli.argv("tune", "--trials", "1")[:-2], "--backend", "cuda"]
+    done = subprocess.run(argv, cwd=project.path, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr  # never 0 having tuned nothing
+    assert "scale: no cuda source, skipped" in done.stderr
+    assert "error: nothing to tune on the cuda backend (--backend cuda): scale has no cuda source" in done.stderr
+    assert summaries(done.stdout) == []

@@ -97,6 +97,6 @@ def test_the_rule_based_templater_keeps_the_runs_budgets(monkeypatch: pytest.Mon
     monkeypatch.setattr(_loop, "Budget", budget)
     monkeypatch.setattr(backends, "create", lambda name: SimpleNamespace(device=SimpleNamespace()))
     bench: Any = SimpleNamespace(base=SimpleNamespace(name="scale"), backend="opencl")
-    result = _loop.run_stage(bench, _loop.AgentSettings(model=None, wall_s=7.0, memory_mb=123), write=False)
+    result = _loop.run_stage(bench, _loop.AgentSettings(model=None, wall_s=7.0, memory_mb=123))
     assert result.status == "error" and "stopped here by the test" in result.message
     assert seen == {"wall_s": 7.0, "memory_mb": 123}
