@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -55,22 +55,14 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
     budgets = [budget_for(p.land, settings.budget) for p in problems]
     tasks = [(i, name, budgets[i], settings.noise, seed) for i in range(len(problems))
              for name in settings.strategies for seed in range(settings.seeds)]
+    if progress:
+        print(f"ktune bench-search: {len(tasks)} replays ({len(problems)} landscape(s) x "
+              f"{len(settings.strategies)} strategies x {settings.seeds} seeds), {settings.jobs} at a time",
+              file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp:
         _STATE[:] = [list(problems), Path(tmp)]
         try:
-            if settings.jobs > 1:
-                import multiprocessing as mp
-                from concurrent.futures import ProcessPoolExecutor
-
-                # One thread each: the GP sampler's torch would otherwise start a thread per core in
-                # every worker, and on a small machine the oversubscribed workers crawl.
-                os.environ.setdefault("OMP_NUM_THREADS", "1")
-                # fork: the workers inherit the loaded targets and landscapes instead of pickling them
-                with ProcessPoolExecutor(settings.jobs, mp_context=mp.get_context("fork")) as pool:
-                    answers = _counted(pool.map(_task, tasks, chunksize=max(1, settings.seeds // 2)), len(tasks),
-                                       progress)
-            else:
-                answers = _counted(map(_task, tasks), len(tasks), progress)
+            answers = _answers(tasks, settings.jobs, progress)
         finally:
             _STATE[:] = []
     out = []
@@ -93,15 +85,42 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
     return out
 
 
-def _counted(answers: Iterator[Any], total: int, progress: bool) -> list[Any]:
-    """The answers as a list, saying on stderr how far along they are."""
-    out, t0, step = [], time.monotonic(), max(1, total // 10)
-    for a in answers:
-        out.append(a)
-        if progress and (len(out) % step == 0 or len(out) == total):
-            print(f"ktune bench-search: {len(out)}/{total} replays  [{time.monotonic() - t0:.0f} s]",
+PROGRESS_EVERY_S = 5.0  # the longest stderr stays silent while replays run
+
+
+def _answers(tasks: Sequence[tuple[int, str, int, bool, int]], jobs: int, progress: bool) -> list[Any]:
+    """Every task's answer, in the tasks' order, saying on stderr how far along they are at least every
+    ``PROGRESS_EVERY_S`` seconds while any runs."""
+    t0, last = time.monotonic(), [time.monotonic()]
+
+    def say(done: int) -> None:
+        if progress:
+            print(f"ktune bench-search: {done}/{len(tasks)} replays  [{time.monotonic() - t0:.0f} s]",
                   file=sys.stderr, flush=True)
-    return out
+        last[0] = time.monotonic()
+
+    if jobs <= 1:
+        out = []
+        for task in tasks:
+            out.append(_task(task))
+            if time.monotonic() - last[0] >= PROGRESS_EVERY_S or len(out) == len(tasks):
+                say(len(out))
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # One thread each: the GP sampler's torch would otherwise start a thread per core in every worker,
+    # and on a small machine the oversubscribed workers crawl.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # fork: the workers inherit the loaded targets and landscapes instead of pickling them
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        futures = [pool.submit(_task, t) for t in tasks]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=PROGRESS_EVERY_S, return_when=FIRST_COMPLETED)
+            if time.monotonic() - last[0] >= PROGRESS_EVERY_S or not pending:
+                say(len(futures) - len(pending))
+        return [f.result() for f in futures]
 
 
 _STATE: list[Any] = []  # [problems, scratch folder] while bench() runs: what its worker processes read

@@ -140,7 +140,7 @@ def _single(out: Path | None, count: int, what: str) -> bool:
 
 
 def cmd_import_landscape(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.ktcache import import_cache
+    from pytest_ktune.lab.ktcache import device_note, import_cache
 
     single = _single(args.out, len(args.files), "cache files")
     lands = [import_cache(f, device=args.device) for f in args.files]  # every file checked before one is written
@@ -152,6 +152,9 @@ def cmd_import_landscape(args: argparse.Namespace) -> int:
         print(f"{land.label} on {land.device_id}: {len(land.points)} configurations, {len(land.timed)} timed, "
               f"{failed} failed or invalid; optimum {land.optimum.value_us:.3f} µs at {dict(land.optimum.params)}; "
               f"wrote {dest}")
+        note = device_note(land)
+        if note:
+            print(f"  note: {note}")
     return 0
 
 

@@ -191,7 +191,9 @@ def space_of(target: Any) -> dict[str, Any]:
 
 
 def _r(x: float) -> float:
-    return float(f"{x:.6g}") if math.isfinite(x) else x
+    """A time as written: in full (JSON keeps every digit of a float), so that a row's interval, computed
+    from the same numbers, still holds its median once read back."""
+    return float(x)
 
 
 _HINT_DAMAGED = "record it again with `ktune record`, or restore the file from version control"

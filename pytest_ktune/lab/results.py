@@ -17,6 +17,15 @@ TOLERANCES = (0.03, 0.05)
 DEFAULT_BUDGET_CAP = 100
 
 
+AFTER = (10, 20)  # the trials after which the fraction of the optimum reached is reported
+
+
+def after_marks(budget: int) -> list[int]:
+    """The trials of ``AFTER`` that fit in ``budget`` (the whole budget where none does): a column "after
+    20" under a budget of 10 would repeat "after 10" under another name."""
+    return [m for m in AFTER if m <= budget] or [budget]
+
+
 @dataclass
 class StrategyResult:
     """One strategy on one landscape, over all seeds."""

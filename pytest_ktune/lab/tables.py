@@ -10,7 +10,8 @@ from typing import Any
 
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.version import __version__
-from pytest_ktune.lab.results import BenchSettings, LandscapeResult, overall, trials_text
+from pytest_ktune.lab.ktcache import device_note
+from pytest_ktune.lab.results import BenchSettings, LandscapeResult, after_marks, overall, trials_text
 from pytest_ktune.lab.strategies import OWN_STRATEGIES
 from pytest_ktune.report.svg import _text, svg_open
 
@@ -25,19 +26,20 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
                   f"{len(lr.land.points)} configurations, {len(lr.land.timed)} timed; optimum "
                   f"{opt.value_us:.3f} µs at {_params(opt.params)}; budget {lr.budget}.", "",
-                  *_imported(lr),
-                  "| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | of the optimum after "
-                  "10 trials | after 20 | final ÷ optimum |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  *_imported(lr)]
+        marks = after_marks(lr.budget)
+        after = " | ".join(f"of the optimum after {m} trials" if j == 0 else f"after {m}" for j, m in enumerate(marks))
+        lines += [f"| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | {after} | "
+                  "final ÷ optimum |", "|---|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
         for r in lr.results:
             if r.skipped:
-                lines.append(f"| {r.strategy} | skipped: {r.skipped} | | | | | | |")
+                lines.append(f"| {r.strategy} | skipped: {r.skipped} |" + " |" * (len(marks) + 4))
                 continue
             o = lr.optimum_us
+            fractions = " | ".join(f"{r.reached_after(o, m):.3f}" for m in marks)
             lines.append(f"| {r.strategy} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
                          f"{trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
-                         f"{r.hit_rate(o, 0.05):.0%} | {r.reached_after(o, min(10, lr.budget)):.3f} | "
-                         f"{r.reached_after(o, min(20, lr.budget)):.3f} | {r.final_over_optimum(o, lr.budget):.3f} |")
+                         f"{r.hit_rate(o, 0.05):.0%} | {fractions} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -47,9 +49,12 @@ def _imported(lr: LandscapeResult) -> list[str]:
     if not lr.land.imported:
         return []
     origin = lr.land.origin or {}
+    note = device_note(lr.land)
     return [f"Recorded elsewhere ({origin.get('format', 'imported')}: {origin.get('file', '?')}): no ktune target "
             "stands behind it, so the device priors, which need the target's launch, are off, and there is "
-            "no default; `ktune` starts from what it found on the other keys and devices given with it.", ""]
+            "no default; `ktune` starts from what it found on the other keys and devices given with it, and "
+            "without those from its search of a space it knows nothing of (`tuner.portfolio`)."
+            + (f" Note: {note}." if note else ""), ""]
 
 
 def _params(p: Mapping[str, Value]) -> str:
@@ -72,8 +77,7 @@ def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict
                     "trials_to_3pct": r.reached(o, 0.03), "trials_to_5pct": r.reached(o, 0.05),
                     "hit_rate_3pct": r.hit_rate(o, 0.03), "hit_rate_5pct": r.hit_rate(o, 0.05),
                     "final_over_optimum": r.final_over_optimum(o, lr.budget),
-                    "of_optimum_after_10": r.reached_after(o, min(10, lr.budget)),
-                    "of_optimum_after_20": r.reached_after(o, min(20, lr.budget)),
+                    **{f"of_optimum_after_{m}": r.reached_after(o, m) for m in after_marks(lr.budget)},
                     "median_best_so_far_us": r.curve(lr.budget)})
             strategies.append(row)
         out["landscapes"].append({"file": str(lr.land.path) if lr.land.path else None, "target": lr.land.target,

@@ -35,11 +35,15 @@ import numpy as np
 import optuna
 
 from pytest_ktune.core.space import Value, config_key, steps
+from pytest_ktune.tuner.portfolio import Portfolio, knows_nothing
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
+
+
+REFIT_GROWTH = 1.25  # the length scales are chosen again once the timings have grown by a quarter
 
 
 FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
@@ -76,7 +80,8 @@ def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndar
 class GaussianProcess:
     """A zero-mean GP on standardised targets with unit signal variance and fixed noise."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, columns: Sequence[int], noise: float = NOISE) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, columns: Sequence[int], noise: float = NOISE,
+                 scales: np.ndarray | None = None) -> None:
         self.x = x
         self.mean = float(y.mean())
         self.std = float(y.std()) or 1.0
@@ -86,7 +91,12 @@ class GaussianProcess:
         self.noise = noise
         self._d2 = _sq_dist(x, x, self.columns, self.params)
         self.scales = np.ones(self.params)
-        self._chol, self._alpha = self._fit()
+        if scales is not None and len(scales) == self.params:  # length scales chosen before, kept
+            self.scales = np.asarray(scales, float)
+            _, chol, alpha = self._evidence(self.scales[None, :])
+            self._chol, self._alpha = chol[0], alpha[0]
+        else:
+            self._chol, self._alpha = self._fit()
 
     def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
@@ -183,12 +193,14 @@ class Positions:
 def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
             params: Mapping[str, Sequence[Value]], rng: random.Random,
-            positions: Positions | None = None) -> Mapping[str, Value] | None:
+            positions: Positions | None = None, memo: dict[str, Any] | None = None) -> Mapping[str, Value] | None:
     """The untried feasible configuration of highest expected improvement; None when all were tried.
 
     ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
     failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
-    as Positions, made once by a caller that proposes many times."""
+    as Positions, made once by a caller that proposes many times; ``memo``: a dict the same caller
+    passes each time, in which the model's length scales are kept until the timings have grown by
+    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost)."""
     at = positions if positions is not None else Positions(feasible, params)
     tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
     rows = [i for i, k in enumerate(at.keys) if k not in tried]
@@ -203,7 +215,11 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     worst = max(y for _, y in seen.values())
     points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
     encode = Inputs(params)
-    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+    kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
+    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                         scales=kept)
+    if memo is not None and kept is None:
+        memo.update(n=len(points), scales=gp.scales)
     pending = [c for c in busy if config_key(c) not in seen]
     if pending:
         # Kriging believer: a configuration being timed counts as what the model expects of it, so the
@@ -211,7 +227,8 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
         mu_p, _ = gp.predict(encode(pending))
         believed = list(mu_p * gp.std + gp.mean)
         points += list(zip(pending, believed, strict=True))
-        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                             scales=gp.scales)
     centre = min(seen.values(), key=lambda cy: cy[1])[0]
     dist = at.steps_from(centre, rows)
     least = dist.min()
@@ -244,9 +261,14 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.rng = random.Random(seed)
         self.positions = Positions(self.feasible, self.params) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
+        self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
+        self.portfolio: Portfolio | None = None  # ``tuner.portfolio``'s search, made for a study that starts from nothing
 
     def reseed_rng(self) -> None:
         self.rng = random.Random()
+        if self.portfolio is not None:
+            self.portfolio.rng = self.rng
         self._fallback.reseed_rng()
 
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
@@ -260,18 +282,33 @@ class BoSampler(optuna.samplers.BaseSampler):
         timed: list[tuple[Mapping[str, Value], float]] = []
         failed: list[Mapping[str, Value]] = []
         busy: list[Mapping[str, Value]] = []
+        labels: list[str] = []
         for t in study.get_trials(deepcopy=False):
+            if "warm_start" in t.user_attrs:
+                labels.append(str(t.user_attrs["warm_start"]))
             if t.number == trial.number or not t.params:
                 continue
-            cfg = self.encoding.decode(t.params)
+            cfg = self._decoded.get(t.number) if t.state.is_finished() else None
+            if cfg is None:
+                cfg = self.encoding.decode(t.params)
+                if t.state.is_finished():  # a finished trial's parameters no longer change
+                    self._decoded[t.number] = cfg
             if t.state == TrialState.COMPLETE and t.value is not None:
                 timed.append((cfg, float(t.value)))
             elif t.state in (TrialState.RUNNING, TrialState.WAITING):  # being timed, or queued
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)
-        pick = propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
-                       positions=self.positions)
+        def model() -> Mapping[str, Value] | None:
+            return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
+                           positions=self.positions, memo=self.memo)
+
+        if self.positions is not None and knows_nothing(labels):
+            if self.portfolio is None:
+                self.portfolio = Portfolio(self.positions, self.rng)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model)
+        else:
+            pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))
 
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:

@@ -43,6 +43,7 @@ class StudyLoop:
         self.infeasible = 0
         self.failed = 0
         self.rows: list[Any] = []
+        self._feasible: list[tuple[str, dict[str, Value]]] | None = None  # (class, configuration), once listed
 
     def _trials(self, *states: Any) -> list[Any]:
         return list(self.study.get_trials(deepcopy=False, states=states or None))
@@ -161,7 +162,9 @@ class StudyLoop:
         """Queue one feasible configuration the study has neither tried nor queued, drawn at random
         (seeded by the run's seed and the study's size, so a replay repeats itself)."""
         known = {self._class(self.enc.decode(t.params)) for t in self._trials() if t.params} | set(in_batch)
-        untried = [c for c in self.target.space.feasible(self.key) if self._class(c) not in known]
+        if self._feasible is None:  # listed once: a space of thousands of points is explored many times
+            self._feasible = [(self._class(c), c) for c in self.target.space.feasible(self.key)]
+        untried = [c for ck, c in self._feasible if ck not in known]
         if untried:
             pick = random.Random(f"{seed}:{len(known)}").choice(untried)
             enqueue(self.study, self.enc, [("explore", pick)])
