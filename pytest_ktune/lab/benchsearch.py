@@ -17,6 +17,7 @@ strategies that are not its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.store import target_id
+from pytest_ktune.lab import one_thread_env
 from pytest_ktune.lab.ktcache import load_any
 from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.replay import check_landscape
@@ -59,7 +61,7 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
         print(f"ktune bench-search: {len(tasks)} replays ({len(problems)} landscape(s) x "
               f"{len(settings.strategies)} strategies x {settings.seeds} seeds), {settings.jobs} at a time",
               file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp, one_thread():
         _STATE[:] = [list(problems), Path(tmp)]
         try:
             answers = _answers(tasks, settings.jobs, progress)
@@ -83,6 +85,20 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
             results.append(res)
         out.append(LandscapeResult(problem.land, budgets[i], results))
     return out
+
+
+def one_thread() -> contextlib.AbstractContextManager[Any]:
+    """Linear algebra on one thread while replays run: the models' matrices are a hundred rows, and a
+    BLAS that starts a thread per core for each, on a machine whose cores are busy, runs them several
+    times slower (the bo sampler's solves took four times as long on two shared cores). The
+    variables reach libraries loaded later (``ktune bench-search`` sets them before numpy loads);
+    threadpoolctl, where it is installed, limits those loaded already."""
+    one_thread_env()
+    try:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1)  # type: ignore[no-any-return, unused-ignore]
 
 
 PROGRESS_EVERY_S = 5.0  # the longest stderr stays silent while replays run
@@ -109,9 +125,6 @@ def _answers(tasks: Sequence[tuple[int, str, int, bool, int]], jobs: int, progre
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    # One thread each: the GP sampler's torch would otherwise start a thread per core in every worker,
-    # and on a small machine the oversubscribed workers crawl.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     # fork: the workers inherit the loaded targets and landscapes instead of pickling them
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
         futures = [pool.submit(_task, t) for t in tasks]

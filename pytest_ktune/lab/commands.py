@@ -117,6 +117,9 @@ def cmd_record(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace, root: Path) -> int:
+    from pytest_ktune.lab import one_thread_env
+
+    one_thread_env()  # before numpy and torch load (``benchsearch.one_thread``)
     from pytest_ktune.lab.benchsearch import run as bench_search
     from pytest_ktune.lab.results import BenchSettings
     from pytest_ktune.lab.strategies import DEFAULT_STRATEGIES

@@ -135,7 +135,12 @@ class Landscape:
         return min(timed, key=lambda p: p.value_us)
 
     def lookup(self) -> dict[str, Point]:
-        return {config_key(p.params): p for p in self.points}
+        """The points by configuration key (made once: a bench replays a landscape many times)."""
+        cached: dict[str, Point] | None = self.__dict__.get("_lookup")
+        if cached is None:
+            cached = {config_key(p.params): p for p in self.points}
+            object.__setattr__(self, "_lookup", cached)
+        return dict(cached)
 
     def space_params(self) -> dict[str, list[Value]]:
         return {n: list(v) for n, v in self.space["params"].items()}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,10 +104,11 @@ class GaussianProcess:
         r2 = np.einsum("gp,pij->gij", 1.0 / grid ** 2, self._d2)
         k = _matern52(r2) + self.noise * np.eye(len(self.x))
         chol = np.linalg.cholesky(k)  # positive definite: a kernel matrix plus noise on its diagonal
-        z = np.linalg.solve(chol, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))
-        alpha = np.linalg.solve(np.swapaxes(chol, 1, 2), z)[..., 0]
+        # One solve of K itself (y' K^-1 y = y' alpha), not two triangular ones: numpy has no
+        # triangular solver, and its general one costs as much for a factor as for K.
+        alpha = np.linalg.solve(k, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))[..., 0]
         logdet = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
-        return -0.5 * (z[..., 0] ** 2).sum(1) - logdet, chol, alpha
+        return -0.5 * (alpha * self.y).sum(1) - logdet, chol, alpha
 
     def _fit(self) -> tuple[np.ndarray, np.ndarray]:
         scales = np.asarray(LENGTH_SCALES)
@@ -120,6 +121,8 @@ class GaussianProcess:
         best = np.full(self.params, scales[len(scales) // 2])
         for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
             for p in range(self.params):
+                if not self._d2[p].any():
+                    continue  # a parameter that does not vary among the timings: its scale changes nothing
                 grid = np.repeat(best[None, :], len(scales), 0)
                 grid[:, p] = scales
                 ev, _, _ = self._evidence(grid)
@@ -178,13 +181,21 @@ class Positions:
                       for n, num in zip(names, self.numeric, strict=True)]
         self.names = names
         self.pos = np.asarray([self.row(c) for c in self.feasible], float).reshape(len(self.feasible), len(names))
+        self.row_of = {k: i for i, k in enumerate(self.keys)}
+
+    def untried(self, tried: Collection[str]) -> np.ndarray:
+        """The rows, in order, of the configurations whose keys are not in ``tried``."""
+        mask = np.ones(len(self.keys), bool)
+        mask[[self.row_of[k] for k in tried if k in self.row_of]] = False
+        out: np.ndarray = np.flatnonzero(mask)
+        return out
 
     def row(self, config: Mapping[str, Value]) -> list[int]:
         return [self.index[j][config[n]] for j, n in enumerate(self.names)]
 
-    def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int]) -> np.ndarray:
+    def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int] | np.ndarray) -> np.ndarray:
         """``steps`` from ``centre`` to each of the configurations numbered ``rows``."""
-        d = np.abs(self.pos[list(rows)] - np.asarray(self.row(centre), float))
+        d = np.abs(self.pos[np.asarray(rows, int)] - np.asarray(self.row(centre), float))
         d[:, ~self.numeric] = d[:, ~self.numeric] > 0
         out: np.ndarray = d.sum(1)
         return out
@@ -193,34 +204,36 @@ class Positions:
 def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
             params: Mapping[str, Sequence[Value]], rng: random.Random,
-            positions: Positions | None = None, memo: dict[str, Any] | None = None) -> Mapping[str, Value] | None:
+            positions: Positions | None = None, memo: dict[str, Any] | None = None,
+            key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
     """The untried feasible configuration of highest expected improvement; None when all were tried.
 
     ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
     failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
     as Positions, made once by a caller that proposes many times; ``memo``: a dict the same caller
     passes each time, in which the model's length scales are kept until the timings have grown by
-    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost)."""
+    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost); ``key``: ``config_key``, or a
+    caller's memo of it."""
     at = positions if positions is not None else Positions(feasible, params)
-    tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
-    rows = [i for i, k in enumerate(at.keys) if k not in tried]
-    if not rows:
+    tried = {key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
+    rows = at.untried(tried)
+    if not len(rows):
         return None
     seen: dict[str, tuple[Mapping[str, Value], float]] = {}
     for c, v in timed:
         if v > 0 and math.isfinite(v):
-            seen.setdefault(config_key(c), (c, math.log(v)))
+            seen.setdefault(key(c), (c, math.log(v)))
     if len(seen) < 2:
         return at.feasible[rng.choice(rows)]
     worst = max(y for _, y in seen.values())
-    points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
+    points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
     encode = Inputs(params)
     kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
                          scales=kept)
     if memo is not None and kept is None:
         memo.update(n=len(points), scales=gp.scales)
-    pending = [c for c in busy if config_key(c) not in seen]
+    pending = [c for c in busy if key(c) not in seen]
     if pending:
         # Kriging believer: a configuration being timed counts as what the model expects of it, so the
         # next proposal of a batch goes where the model still expects something new.
@@ -232,7 +245,7 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     centre = min(seen.values(), key=lambda cy: cy[1])[0]
     dist = at.steps_from(centre, rows)
     least = dist.min()
-    near = [at.feasible[r] for r, d in zip(rows, dist, strict=True) if d == least]
+    near = [at.feasible[r] for r in rows[dist == least]]
     mu, sd = gp.predict(encode(near))
     ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
     return near[int(np.argmax(ei))]
@@ -244,6 +257,22 @@ def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
     dist = [steps(c, centre, params) for c in untried]
     least = min(dist)
     return [c for c, d in zip(untried, dist, strict=True) if d == least]
+
+
+class KeyCache:
+    """``config_key``, remembered for configurations the caller keeps (the same object asked again
+    gets the key made the first time): a sampler asks for the keys of every trial at each proposal."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Mapping[str, Value], str]] = {}
+
+    def __call__(self, config: Mapping[str, Value]) -> str:
+        hit = self._by_id.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        k = config_key(config)
+        self._by_id[id(config)] = (config, k)
+        return k
 
 
 class BoSampler(optuna.samplers.BaseSampler):
@@ -261,7 +290,8 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.rng = random.Random(seed)
         self.positions = Positions(self.feasible, self.params) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
-        self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
+        self._decoded: dict[int, Mapping[str, Value]] = {}
+        self.key = KeyCache()  # a finished trial's configuration, by number
         self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
         self.portfolio: Portfolio | None = None  # ``tuner.portfolio``'s search, made for a study that starts from nothing
 
@@ -301,12 +331,12 @@ class BoSampler(optuna.samplers.BaseSampler):
                 failed.append(cfg)
         def model() -> Mapping[str, Value] | None:
             return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
-                           positions=self.positions, memo=self.memo)
+                           positions=self.positions, memo=self.memo, key=self.key)
 
         if self.positions is not None and knows_nothing(labels):
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
-            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, key=self.key)
         else:
             pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))

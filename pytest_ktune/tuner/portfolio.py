@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -48,6 +48,9 @@ class Rows(Protocol):
     pos: np.ndarray
     numeric: np.ndarray
     index: list[dict[Value, int]]
+    row_of: dict[str, int]
+
+    def untried(self, tried: Collection[str]) -> np.ndarray: ...
 
 
 Model = Callable[[], Mapping[str, Value] | None]  # the model's proposal (``bo.propose``), made on demand
@@ -63,7 +66,6 @@ class Portfolio:
     scored: set[str] = field(default_factory=set)  # configuration keys already credited
     wins: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 1))
     losses: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
-    row_of: dict[str, int] | None = None  # configuration key -> row, made at the first proposal
 
     def __post_init__(self) -> None:
         at = self.positions
@@ -137,20 +139,19 @@ class Portfolio:
         return max(ARMS, key=lambda a: (draws[a], -ARMS.index(a)))
 
     def propose(self, timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
-                busy: Sequence[Mapping[str, Value]], model: Model) -> Mapping[str, Value] | None:
+                busy: Sequence[Mapping[str, Value]], model: Model,
+                key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
         """The next configuration, untried and feasible; None when every one was tried. ``timed``,
         ``failed`` and ``busy`` are as for ``bo.propose`` (timed in the order they were timed);
-        ``model`` makes the model arm's proposal."""
+        ``model`` makes the model arm's proposal; ``key``: ``config_key``, or a caller's memo of it."""
         at = self.positions
-        keyed = [(config_key(c), v) for c, v in timed]
+        keyed = [(key(c), v) for c, v in timed]
         self.credit(keyed)
-        tried_keys = {k for k, _ in keyed} | {config_key(c) for c in [*failed, *busy]}
-        untried = np.asarray([i for i, k in enumerate(at.keys) if k not in tried_keys], int)
+        tried_keys = {k for k, _ in keyed} | {key(c) for c in [*failed, *busy]}
+        untried = at.untried(tried_keys)
         if not len(untried):
             return None
-        if self.row_of is None:
-            self.row_of = {k: i for i, k in enumerate(at.keys)}
-        row_of = self.row_of
+        row_of = at.row_of
         tried = np.asarray([row_of[k] for k in tried_keys if k in row_of], int)
         ok = [(v, row_of[k]) for k, v in keyed if math.isfinite(v) and k in row_of]
         if len(ok) < self.start:
@@ -164,7 +165,7 @@ class Portfolio:
         else:
             pick = at.feasible[self.spread(untried, tried)]
         if pick is not None:
-            self.proposed_by[config_key(pick)] = arm
+            self.proposed_by[key(pick)] = arm
         return pick
 
 
