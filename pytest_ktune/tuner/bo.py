@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from dataclasses import dataclass
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -201,6 +202,53 @@ class Positions:
         return out
 
 
+@dataclass
+class Fitted:
+    """The model fitted to a study's timings: ``ei`` scores configurations; ``centre`` is the best timed."""
+
+    gp: GaussianProcess
+    encode: Inputs
+    best: float  # the best standardised log timing
+    centre: Mapping[str, Value]
+
+    def ei(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+        mu, sd = self.gp.predict(self.encode(configs))
+        return expected_improvement(mu, sd, self.best)
+
+
+def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
+        busy: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]],
+        memo: dict[str, Any] | None = None, key: Callable[[Mapping[str, Value]], str] = config_key) -> Fitted | None:
+    """The model of the timings so far (``propose`` says what each argument is); None with fewer than two."""
+    seen: dict[str, tuple[Mapping[str, Value], float]] = {}
+    for c, v in timed:
+        if v > 0 and math.isfinite(v):
+            seen.setdefault(key(c), (c, math.log(v)))
+    if len(seen) < 2:
+        return None
+    worst = max(y for _, y in seen.values())
+    points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
+    encode = Inputs(params)
+    kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
+    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                         scales=kept)
+    if memo is not None and kept is None:
+        memo.update(n=len(points), scales=gp.scales)
+    best = float(gp.y[: len(seen)].min())
+    pending = [c for c in busy if key(c) not in seen]
+    if pending:
+        # Kriging believer: a configuration being timed counts as what the model expects of it, so the
+        # next proposal of a batch goes where the model still expects something new.
+        mu_p, _ = gp.predict(encode(pending))
+        believed = list(mu_p * gp.std + gp.mean)
+        points += list(zip(pending, believed, strict=True))
+        refit = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                                scales=gp.scales)
+        best = float(refit.y[: len(seen)].min())
+        gp = refit
+    return Fitted(gp, encode, best, min(seen.values(), key=lambda cy: cy[1])[0])
+
+
 def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
             params: Mapping[str, Sequence[Value]], rng: random.Random,
@@ -219,36 +267,12 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     rows = at.untried(tried)
     if not len(rows):
         return None
-    seen: dict[str, tuple[Mapping[str, Value], float]] = {}
-    for c, v in timed:
-        if v > 0 and math.isfinite(v):
-            seen.setdefault(key(c), (c, math.log(v)))
-    if len(seen) < 2:
+    model = fit(timed, failed=failed, busy=busy, params=params, memo=memo, key=key)
+    if model is None:
         return at.feasible[rng.choice(rows)]
-    worst = max(y for _, y in seen.values())
-    points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
-    encode = Inputs(params)
-    kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
-    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                         scales=kept)
-    if memo is not None and kept is None:
-        memo.update(n=len(points), scales=gp.scales)
-    pending = [c for c in busy if key(c) not in seen]
-    if pending:
-        # Kriging believer: a configuration being timed counts as what the model expects of it, so the
-        # next proposal of a batch goes where the model still expects something new.
-        mu_p, _ = gp.predict(encode(pending))
-        believed = list(mu_p * gp.std + gp.mean)
-        points += list(zip(pending, believed, strict=True))
-        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                             scales=gp.scales)
-    centre = min(seen.values(), key=lambda cy: cy[1])[0]
-    dist = at.steps_from(centre, rows)
-    least = dist.min()
-    near = [at.feasible[r] for r in rows[dist == least]]
-    mu, sd = gp.predict(encode(near))
-    ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
-    return near[int(np.argmax(ei))]
+    dist = at.steps_from(model.centre, rows)
+    near = [at.feasible[r] for r in rows[dist == dist.min()]]
+    return near[int(np.argmax(model.ei(near)))]
 
 
 def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
@@ -333,10 +357,14 @@ class BoSampler(optuna.samplers.BaseSampler):
             return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
                            positions=self.positions, memo=self.memo, key=self.key)
 
+        def score(configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+            fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
+            return fitted.ei(configs) if fitted is not None else np.zeros(len(configs))
+
         if self.positions is not None and knows_nothing(labels):
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
-            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, key=self.key)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)
         else:
             pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))

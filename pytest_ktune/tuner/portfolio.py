@@ -56,6 +56,9 @@ class Rows(Protocol):
 Model = Callable[[], Mapping[str, Value] | None]  # the model's proposal (``bo.propose``), made on demand
 
 
+Score = Callable[[Sequence[Mapping[str, Value]]], np.ndarray]  # the model's expected improvement of each
+
+
 @dataclass
 class Portfolio:
     """The portfolio's memory across the proposals of one study: who proposed what, and how it went."""
@@ -89,7 +92,7 @@ class Portfolio:
 
     def spread(self, untried: np.ndarray, tried: np.ndarray) -> int:
         """An untried row far from every tried one: the farthest of ``DRAWN`` drawn at random."""
-        pick = untried if len(untried) <= DRAWN else np.asarray(self.rng.sample(list(untried), DRAWN))
+        pick = self._draw(untried)
         if not len(tried):
             return int(pick[self.rng.randrange(len(pick))])
         near = np.full(len(pick), np.inf)
@@ -97,8 +100,21 @@ class Portfolio:
             near = np.minimum(near, self._distance(pick, self.unit[t]))
         return int(pick[int(np.argmax(near))])
 
-    def evolve(self, untried: np.ndarray, ranked: Sequence[int]) -> int:
-        """The untried row nearest a child of two good parents (see the module docstring)."""
+    def _draw(self, untried: np.ndarray) -> np.ndarray:
+        return untried if len(untried) <= DRAWN else np.asarray(self.rng.sample(list(untried), DRAWN))
+
+    def explore(self, untried: np.ndarray, score: Score) -> int:
+        """The untried row of highest expected improvement over the whole space (among ``DRAWN`` drawn)."""
+        pick = self._draw(untried)
+        return int(pick[int(np.argmax(score([self.positions.feasible[r] for r in pick])))])
+
+    def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
+        """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
+        children = sorted({self._child(untried, ranked) for _ in range(self.dims)})
+        return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
+
+    def _child(self, untried: np.ndarray, ranked: Sequence[int]) -> int:
+        """The untried row nearest a child of two good parents."""
         pool = list(ranked[: self.population])
 
         def parent() -> int:
@@ -139,11 +155,12 @@ class Portfolio:
         return max(ARMS, key=lambda a: (draws[a], -ARMS.index(a)))
 
     def propose(self, timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
-                busy: Sequence[Mapping[str, Value]], model: Model,
+                busy: Sequence[Mapping[str, Value]], model: Model, score: Score,
                 key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
         """The next configuration, untried and feasible; None when every one was tried. ``timed``,
         ``failed`` and ``busy`` are as for ``bo.propose`` (timed in the order they were timed);
-        ``model`` makes the model arm's proposal; ``key``: ``config_key``, or a caller's memo of it."""
+        ``model`` makes the model arm's proposal, ``score`` the model's expected improvement of
+        configurations (it is asked only once two are timed); ``key``: ``config_key``, or a caller's memo of it."""
         at = self.positions
         keyed = [(key(c), v) for c, v in timed]
         self.credit(keyed)
@@ -161,9 +178,9 @@ class Portfolio:
             pick = model()
         elif arm == "evolve":
             ranked = [r for _, r in sorted(ok)]
-            pick = at.feasible[self.evolve(untried, ranked)]
+            pick = at.feasible[self.evolve(untried, ranked, score)]
         else:
-            pick = at.feasible[self.spread(untried, tried)]
+            pick = at.feasible[self.explore(untried, score)]
         if pick is not None:
             self.proposed_by[key(pick)] = arm
         return pick
