@@ -57,14 +57,21 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
     budgets = [budget_for(p.land, settings.budget) for p in problems]
     tasks = [(i, name, budgets[i], settings.noise, seed) for i in range(len(problems))
              for name in settings.strategies for seed in range(settings.seeds)]
+    # Kernel Tuner's strategies are seeded through numpy's and Python's global generators, which some
+    # of them do not draw from alone: their first seed runs twice, to say whether it repeats itself.
+    again = [(i, name, budgets[i], settings.noise, 0) for i in range(len(problems))
+             for name in settings.strategies if name.startswith("kt:") and not settings.noise]
     if progress:
         print(f"ktune bench-search: {len(tasks)} replays ({len(problems)} landscape(s) x "
-              f"{len(settings.strategies)} strategies x {settings.seeds} seeds), {settings.jobs} at a time",
+              f"{len(settings.strategies)} strategies x {settings.seeds} seeds) and {len(again)} repeated, "
+              f"{settings.jobs} at a time",
               file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp, one_thread():
         _STATE[:] = [list(problems), Path(tmp)]
         try:
-            answers = _answers(tasks, settings.jobs, progress)
+            answers = _answers([*tasks, *again], settings.jobs, progress)
+            repeats = {t[:2]: a for t, a in zip(again, answers[len(tasks):], strict=True)}
+            answers = answers[:len(tasks)]
         finally:
             _STATE[:] = []
     out = []
@@ -78,6 +85,9 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
                 res.skipped = skipped
             else:
                 res.traces = [a[0] for a in mine if not isinstance(a, str)]
+                twice = repeats.get((i, name))
+                if twice is not None and res.traces:
+                    res.repeatable = not isinstance(twice, str) and list(twice[0]) == list(res.traces[0])
             res.wall_s = sum(a[1] for a in mine if not isinstance(a, str))
             if progress:
                 print(f"ktune bench-search: {problem.land.label}: {name}: "

@@ -11,14 +11,24 @@ from typing import Any
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.version import __version__
 from pytest_ktune.lab.ktcache import device_note
-from pytest_ktune.lab.results import BenchSettings, LandscapeResult, after_marks, overall, trials_text
-from pytest_ktune.lab.strategies import OWN_STRATEGIES
+from pytest_ktune.lab.results import (
+    BenchSettings,
+    LandscapeResult,
+    Stats,
+    after_marks,
+    oracle,
+    overall,
+    rank,
+    stats_of,
+    trials_text,
+)
 from pytest_ktune.report.svg import _text, svg_open
 
 
 def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str:
     lines = ["# Search efficiency on recorded landscapes", "",
-             f"Median over {settings.seeds} seeds; a trial is a distinct configuration sent to the device "
+             f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), and the "
+             "quartiles over them; a trial is a distinct configuration sent to the device "
              "(failures included, constraint violations and repeats not). "
              f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}.", ""]
     for lr in results:
@@ -29,15 +39,18 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
                   *_imported(lr)]
         marks = after_marks(lr.budget)
         after = " | ".join(f"of the optimum after {m} trials" if j == 0 else f"after {m}" for j, m in enumerate(marks))
-        lines += [f"| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | {after} | "
-                  "final ÷ optimum |", "|---|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
+        lines += [f"| strategy | trials to 3 % | its quartiles | trials to 5 % | hit rate 3 % | hit rate 5 % | {after} | "
+                  "final ÷ optimum |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
         for r in lr.results:
             if r.skipped:
-                lines.append(f"| {r.strategy} | skipped: {r.skipped} |" + " |" * (len(marks) + 4))
+                lines.append(f"| {r.strategy} | skipped: {r.skipped} |" + " |" * (len(marks) + 5))
                 continue
             o = lr.optimum_us
             fractions = " | ".join(f"{r.reached_after(o, m):.3f}" for m in marks)
-            lines.append(f"| {r.strategy} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
+            q1, q3 = r.quartiles(o, 0.03)
+            mark = " (not repeatable)" if r.repeatable is False else ""
+            lines.append(f"| {r.strategy}{mark} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
+                         f"{trials_text(q1, lr.budget)}–{trials_text(q3, lr.budget)} | "
                          f"{trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
                          f"{r.hit_rate(o, 0.05):.0%} | {fractions} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
@@ -69,11 +82,13 @@ def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict
         o = lr.optimum_us
         strategies = []
         for r in lr.results:
-            row: dict[str, Any] = {"strategy": r.strategy, "skipped": r.skipped or None, "wall_s": round(r.wall_s, 3)}
+            row: dict[str, Any] = {"strategy": r.strategy, "skipped": r.skipped or None, "wall_s": round(r.wall_s, 3),
+                                   "repeatable": r.repeatable}
             if not r.skipped:
                 row.update({
                     "median_trials_to_3pct": _num(r.median_trials(o, 0.03)),
                     "median_trials_to_5pct": _num(r.median_trials(o, 0.05)),
+                    "quartiles_trials_to_3pct": [_num(q) for q in r.quartiles(o, 0.03)],
                     "trials_to_3pct": r.reached(o, 0.03), "trials_to_5pct": r.reached(o, 0.05),
                     "hit_rate_3pct": r.hit_rate(o, 0.03), "hit_rate_5pct": r.hit_rate(o, 0.05),
                     "final_over_optimum": r.final_over_optimum(o, lr.budget),
@@ -154,30 +169,40 @@ def svg(results: Sequence[LandscapeResult]) -> str:
 
 
 def overall_markdown(results: Sequence[LandscapeResult]) -> str:
-    """The table of ``overall``, with the default strategy set against the best other on each landscape."""
-    rows = overall(results)
+    """The table of ``overall``, with the best of the others on each landscape beneath it."""
+    return overall_table([stats_of(lr) for lr in results])
+
+
+def overall_table(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> str:
+    """Every strategy ranked over the landscapes (``results.rank``), as markdown."""
+    rows = rank(landscapes)
     if not rows:
         return ""
-    n = len(results)
+    n = len(landscapes)
     lines = ["## Over all landscapes", "",
-             f"Median trials to within 3 % of the optimum, over {n} landscapes: summed, and their geometric "
-             "mean. A landscape a strategy did not reach, or was skipped on, counts as its budget + 1 (marked "
-             "≥). *Fewest*: landscapes where no other strategy needs fewer (the default's own parts "
-             "aside), ties counted.", "",
-             "| strategy | reached | trials, summed | geometric mean | fewest |", "|---|---:|---:|---:|---:|"]
-    for r in rows:
+             f"Ranked by the geometric mean, over {n} landscapes, of the median trials to within 3 % of the "
+             "optimum; a landscape a strategy did not reach, or was skipped on, counts as its budget + 1 "
+             "(marked ≥). *After 10* and *after 20*: the mean over the landscapes it ran on of the median "
+             "fraction of the optimum (optimum ÷ best so far) after that many trials. *Fewest*: landscapes "
+             "where no other strategy needs fewer (the default's own parts aside), ties counted. "
+             "*Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different traces "
+             "(its spread over seeds is in each landscape's quartiles column).", "",
+             "| rank | strategy | geometric mean | reached | trials, summed | after 10 | after 20 | fewest |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(rows, 1):
         short = "≥ " if r.reached < n else ""
-        skipped = f" (skipped on {n - r.ran})" if r.ran < n else ""
-        lines.append(f"| {r.strategy}{skipped} | {r.reached}/{n} | {short}{r.total:g} | {short}{r.geomean:.2f} | "
-                     f"{r.fewest} |")
-    oracle = []
-    for lr in results:
-        rivals = [r.median_trials(lr.optimum_us, 0.03) for r in lr.results
-                  if not r.skipped and r.strategy not in OWN_STRATEGIES]
-        if rivals:
-            oracle.append(min(*rivals, lr.budget + 1))
-    if oracle and len(oracle) == n:
-        mean = math.exp(statistics.fmean(map(math.log, oracle)))
+        notes = [f"skipped on {n - r.ran}"] if r.ran < n else []
+        notes += ["not repeatable"] if r.repeatable is False else []
+        label = r.strategy + (f" ({', '.join(notes)})" if notes else "")
+        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {r.reached}/{n} | {short}{r.total:g} | "
+                     f"{_fraction(r.after_10)} | {_fraction(r.after_20)} | {r.fewest} |")
+    best = oracle(landscapes)
+    if best:
+        mean = math.exp(statistics.fmean(map(math.log, best)))
         lines += ["", f"The best of the others on each landscape (a different strategy on each), summed: "
-                      f"{sum(oracle):g} trials, geometric mean {mean:.2f}."]
+                      f"{sum(best):g} trials, geometric mean {mean:.2f}."]
     return "\n".join(lines) + "\n"
+
+
+def _fraction(v: float) -> str:
+    return "–" if math.isnan(v) else f"{v:.3f}"
