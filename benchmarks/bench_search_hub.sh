@@ -9,7 +9,10 @@
 #   bash benchmarks/bench_search_hub.sh 11 benchmarks/results/kernel-tuner-hub/*_milo/{A4000,MI250X,W7800}.json.gz
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# KTUNE_STRATEGIES: a comma-separated subset (default: every strategy); KTUNE_OUT: where the folders go.
 seeds=${1:-11}
+strategies=${KTUNE_STRATEGIES:+--strategies $KTUNE_STRATEGIES}
+results=${KTUNE_OUT:-benchmarks/results/bench-search-hub}
 shift || true
 hub=benchmarks/results/kernel-tuner-hub
 files=("$@")
@@ -18,13 +21,16 @@ echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ 
 for f in "${files[@]}"; do
     kernel=$(basename "$(dirname "$f")" _milo)
     gpu=$(basename "$f" .json.gz)
-    out=benchmarks/results/bench-search-hub/$kernel-$gpu
+    out=$results/$kernel-$gpu
     mkdir -p "$out"
-    echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) python3 -m pytest_ktune.cli bench-search $f --seeds $seeds --out $out"
-    python3 -m pytest_ktune.cli bench-search "$f" --seeds "$seeds" --out "$out" > "$out/log.txt" 2>&1
+    echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) python3 -m pytest_ktune.cli bench-search $f --seeds $seeds $strategies --out $out"
+    # shellcheck disable=SC2086  # $strategies is empty or two words
+    python3 -m pytest_ktune.cli bench-search "$f" --seeds "$seeds" $strategies --out "$out" > "$out/log.txt" 2>&1
     echo "# exit status $? ($out)"
     grep -E "^- |^Fewer" "$out/log.txt"
 done
 # Every strategy ranked over the files run (geometric mean of trials to 3 %, fraction after 10 and 20).
-python3 benchmarks/search_overall.py benchmarks/results/bench-search-hub/*/bench-search.json \
-    > benchmarks/results/bench-search-hub/overall.md && cat benchmarks/results/bench-search-hub/overall.md
+# KTUNE_RIVALS: the folder of an earlier run, whose strategies this run did not repeat are taken from it.
+# shellcheck disable=SC2086
+python3 benchmarks/search_overall.py "$results"/*/bench-search.json ${KTUNE_RIVALS:+--rivals $KTUNE_RIVALS} \
+    > "$results/overall.md" && cat "$results/overall.md"

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import tempfile
 import time
@@ -105,7 +104,7 @@ def one_thread() -> contextlib.AbstractContextManager[Any]:
     threadpoolctl, where it is installed, limits those loaded already."""
     one_thread_env()
     try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-not-found, unused-ignore]
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped, import-not-found, unused-ignore]
     except ImportError:
         return contextlib.nullcontext()
     return threadpool_limits(1)  # type: ignore[no-any-return, unused-ignore]

@@ -27,8 +27,8 @@ from pytest_ktune.report.svg import _text, svg_open
 
 def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str:
     lines = ["# Search efficiency on recorded landscapes", "",
-             f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), and the "
-             "quartiles over them; a trial is a distinct configuration sent to the device "
+             f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), "
+             "and the quartiles over them; a trial is a distinct configuration sent to the device "
              "(failures included, constraint violations and repeats not). "
              f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}.", ""]
     for lr in results:
@@ -39,8 +39,8 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
                   *_imported(lr)]
         marks = after_marks(lr.budget)
         after = " | ".join(f"of the optimum after {m} trials" if j == 0 else f"after {m}" for j, m in enumerate(marks))
-        lines += [f"| strategy | trials to 3 % | its quartiles | trials to 5 % | hit rate 3 % | hit rate 5 % | {after} | "
-                  "final ÷ optimum |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
+        lines += [f"| strategy | trials to 3 % | its quartiles | trials to 5 % | hit rate 3 % | hit rate 5 % | "
+                  f"{after} | final ÷ optimum |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
         for r in lr.results:
             if r.skipped:
                 lines.append(f"| {r.strategy} | skipped: {r.skipped} |" + " |" * (len(marks) + 5))

@@ -28,8 +28,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -269,9 +269,10 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
         return None
     model = fit(timed, failed=failed, busy=busy, params=params, memo=memo, key=key)
     if model is None:
-        return at.feasible[rng.choice(rows)]
+        drawn: Mapping[str, Value] = at.feasible[rng.choice(rows.tolist())]
+        return drawn
     dist = at.steps_from(model.centre, rows)
-    near = [at.feasible[r] for r in rows[dist == dist.min()]]
+    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist == dist.min()].tolist()]
     return near[int(np.argmax(model.ei(near)))]
 
 
@@ -314,10 +315,10 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.rng = random.Random(seed)
         self.positions = Positions(self.feasible, self.params) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
-        self._decoded: dict[int, Mapping[str, Value]] = {}
-        self.key = KeyCache()  # a finished trial's configuration, by number
+        self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
+        self.key = KeyCache()  # configuration keys, made once per configuration
         self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
-        self.portfolio: Portfolio | None = None  # ``tuner.portfolio``'s search, made for a study that starts from nothing
+        self.portfolio: Portfolio | None = None  # ``tuner.portfolio``: made for a study that starts from nothing
 
     def reseed_rng(self) -> None:
         self.rng = random.Random()

@@ -80,7 +80,8 @@ def make_sampler(name: str, seed: int | None, encoding: Encoding,
     if name == "gp":
         missing = missing_modules("torch", "scipy")
         if missing:
-            raise KtuneError(f"the GP sampler needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                             "not installed", hint=f"pip install {' '.join(missing)}, or use --ktune-sampler tpe")
+            verb = "is" if len(missing) == 1 else "are"
+            raise KtuneError(f"the GP sampler needs {' and '.join(missing)}, which {verb} not installed",
+                             hint=f"pip install {' '.join(missing)}, or use --ktune-sampler tpe")
         return optuna.samplers.GPSampler(seed=seed)
     raise unknown(name)
