@@ -256,9 +256,12 @@ class Space:
                     holding[d] = known
 
 
+_KEY_ENCODER = json.JSONEncoder(sort_keys=True)  # json.dumps(..., sort_keys=True), without a new encoder a call
+
+
 def config_key(config: Mapping[str, Value]) -> str:
     """A configuration as one string, the same whatever the order of its parameters."""
-    return json.dumps(dict(sorted(config.items())), sort_keys=True)
+    return _KEY_ENCODER.encode(config if type(config) is dict else dict(config))
 
 
 def steps(a: Mapping[str, Value], b: Mapping[str, Value], params: Mapping[str, Sequence[Value]]) -> int:

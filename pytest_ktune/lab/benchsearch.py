@@ -17,12 +17,12 @@ strategies that are not its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,6 +30,7 @@ from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import key_string
 from pytest_ktune.core.store import target_id
+from pytest_ktune.lab import one_thread_env
 from pytest_ktune.lab.ktcache import load_any
 from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.replay import check_landscape
@@ -55,22 +56,21 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
     budgets = [budget_for(p.land, settings.budget) for p in problems]
     tasks = [(i, name, budgets[i], settings.noise, seed) for i in range(len(problems))
              for name in settings.strategies for seed in range(settings.seeds)]
-    with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp:
+    # Kernel Tuner's strategies are seeded through numpy's and Python's global generators, which some
+    # of them do not draw from alone: their first seed runs twice, to say whether it repeats itself.
+    again = [(i, name, budgets[i], settings.noise, 0) for i in range(len(problems))
+             for name in settings.strategies if name.startswith("kt:") and not settings.noise]
+    if progress:
+        print(f"ktune bench-search: {len(tasks)} replays ({len(problems)} landscape(s) x "
+              f"{len(settings.strategies)} strategies x {settings.seeds} seeds) and {len(again)} repeated, "
+              f"{settings.jobs} at a time",
+              file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp, one_thread():
         _STATE[:] = [list(problems), Path(tmp)]
         try:
-            if settings.jobs > 1:
-                import multiprocessing as mp
-                from concurrent.futures import ProcessPoolExecutor
-
-                # One thread each: the GP sampler's torch would otherwise start a thread per core in
-                # every worker, and on a small machine the oversubscribed workers crawl.
-                os.environ.setdefault("OMP_NUM_THREADS", "1")
-                # fork: the workers inherit the loaded targets and landscapes instead of pickling them
-                with ProcessPoolExecutor(settings.jobs, mp_context=mp.get_context("fork")) as pool:
-                    answers = _counted(pool.map(_task, tasks, chunksize=max(1, settings.seeds // 2)), len(tasks),
-                                       progress)
-            else:
-                answers = _counted(map(_task, tasks), len(tasks), progress)
+            answers = _answers([*tasks, *again], settings.jobs, progress)
+            repeats = {t[:2]: a for t, a in zip(again, answers[len(tasks):], strict=True)}
+            answers = answers[:len(tasks)]
         finally:
             _STATE[:] = []
     out = []
@@ -84,6 +84,9 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
                 res.skipped = skipped
             else:
                 res.traces = [a[0] for a in mine if not isinstance(a, str)]
+                twice = repeats.get((i, name))
+                if twice is not None and res.traces:
+                    res.repeatable = not isinstance(twice, str) and list(twice[0]) == list(res.traces[0])
             res.wall_s = sum(a[1] for a in mine if not isinstance(a, str))
             if progress:
                 print(f"ktune bench-search: {problem.land.label}: {name}: "
@@ -93,15 +96,53 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
     return out
 
 
-def _counted(answers: Iterator[Any], total: int, progress: bool) -> list[Any]:
-    """The answers as a list, saying on stderr how far along they are."""
-    out, t0, step = [], time.monotonic(), max(1, total // 10)
-    for a in answers:
-        out.append(a)
-        if progress and (len(out) % step == 0 or len(out) == total):
-            print(f"ktune bench-search: {len(out)}/{total} replays  [{time.monotonic() - t0:.0f} s]",
+def one_thread() -> contextlib.AbstractContextManager[Any]:
+    """Linear algebra on one thread while replays run: the models' matrices are a hundred rows, and a
+    BLAS that starts a thread per core for each, on a machine whose cores are busy, runs them several
+    times slower (the bo sampler's solves took four times as long on two shared cores). The
+    variables reach libraries loaded later (``ktune bench-search`` sets them before numpy loads);
+    threadpoolctl, where it is installed, limits those loaded already."""
+    one_thread_env()
+    try:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1)  # type: ignore[no-any-return, unused-ignore]
+
+
+PROGRESS_EVERY_S = 5.0  # the longest stderr stays silent while replays run
+
+
+def _answers(tasks: Sequence[tuple[int, str, int, bool, int]], jobs: int, progress: bool) -> list[Any]:
+    """Every task's answer, in the tasks' order, saying on stderr how far along they are at least every
+    ``PROGRESS_EVERY_S`` seconds while any runs."""
+    t0, last = time.monotonic(), [time.monotonic()]
+
+    def say(done: int) -> None:
+        if progress:
+            print(f"ktune bench-search: {done}/{len(tasks)} replays  [{time.monotonic() - t0:.0f} s]",
                   file=sys.stderr, flush=True)
-    return out
+        last[0] = time.monotonic()
+
+    if jobs <= 1:
+        out = []
+        for task in tasks:
+            out.append(_task(task))
+            if time.monotonic() - last[0] >= PROGRESS_EVERY_S or len(out) == len(tasks):
+                say(len(out))
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # fork: the workers inherit the loaded targets and landscapes instead of pickling them
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        futures = [pool.submit(_task, t) for t in tasks]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=PROGRESS_EVERY_S, return_when=FIRST_COMPLETED)
+            if time.monotonic() - last[0] >= PROGRESS_EVERY_S or not pending:
+                say(len(futures) - len(pending))
+        return [f.result() for f in futures]
 
 
 _STATE: list[Any] = []  # [problems, scratch folder] while bench() runs: what its worker processes read

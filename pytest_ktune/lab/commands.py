@@ -119,6 +119,9 @@ def cmd_record(args: argparse.Namespace, root: Path, options: Options) -> int:
 
 
 def cmd_bench_search(args: argparse.Namespace, root: Path) -> int:
+    from pytest_ktune.lab import one_thread_env
+
+    one_thread_env()  # before numpy and torch load (``benchsearch.one_thread``)
     from pytest_ktune.lab.benchsearch import run as bench_search
     from pytest_ktune.lab.results import BenchSettings
     from pytest_ktune.lab.strategies import DEFAULT_STRATEGIES
@@ -142,7 +145,7 @@ def _single(out: Path | None, count: int, what: str) -> bool:
 
 
 def cmd_import_landscape(args: argparse.Namespace) -> int:
-    from pytest_ktune.lab.ktcache import import_cache
+    from pytest_ktune.lab.ktcache import device_note, import_cache
 
     single = _single(args.out, len(args.files), "cache files")
     lands = [import_cache(f, device=args.device) for f in args.files]  # every file checked before one is written
@@ -154,6 +157,9 @@ def cmd_import_landscape(args: argparse.Namespace) -> int:
         print(f"{land.label} on {land.device_id}: {len(land.points)} configurations, {len(land.timed)} timed, "
               f"{failed} failed or invalid; optimum {land.optimum.value_us:.3f} µs at {dict(land.optimum.params)}; "
               f"wrote {dest}")
+        note = device_note(land)
+        if note:
+            print(f"  note: {note}")
     return 0
 
 

@@ -32,7 +32,6 @@ from typing import Any
 from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.core.version import __version__
 from pytest_ktune.lab.landscape import FORMAT, CaseTiming, Landscape, LandscapeError, Point, load
-from pytest_ktune.measure.bench import median_ci
 
 KT_FORMAT = "kernel-tuner-cache"
 
@@ -176,8 +175,13 @@ def _point(label: str, entry: Any, names: list[str], params: Mapping[str, list[V
     return Point(cfg, "ok", cases=(_timing(case_id, us, times),), compile_s=compile_s)
 
 
+MEAN_CI_Z = 1.96  # a 95 % interval of a mean, in standard errors
+
+
 def _timing(case_id: str, us: float, samples: list[float]) -> CaseTiming:
-    """Kernel Tuner's objective (the mean of its observations) with the spread of the observations."""
+    """Kernel Tuner's objective (the mean of its observations) with the spread of the observations.
+    The interval is the mean's (1.96 standard errors either side), so it holds the objective; the
+    median's interval would miss it wherever a slow outlier pulls the mean above the median."""
     if len(samples) < 2:
         return CaseTiming(case_id, us, (us, us), 0.0, tuple(samples))
     if len(samples) < 4:
@@ -185,7 +189,9 @@ def _timing(case_id: str, us: float, samples: list[float]) -> CaseTiming:
     else:
         q = statistics.quantiles(samples, n=4, method="inclusive")
         iqr = q[2] - q[0]
-    return CaseTiming(case_id, us, median_ci(samples), iqr, tuple(samples))
+    half = MEAN_CI_Z * statistics.stdev(samples) / math.sqrt(len(samples))
+    return CaseTiming(case_id, us, (us - half, us + half), iqr, tuple(samples))
+
 
 
 def problem_key(problem_size: Any) -> dict[str, Any]:
@@ -210,7 +216,9 @@ def import_cache(path: Path, *, device: str | None = None) -> Landscape:
                      "give the cache file of a finished (or at least started) run")
     mine: dict[str, Any] = data["ktune"] if isinstance(data.get("ktune"), dict) else {}
     kernel = str(data.get("kernel_name") or path.name.split(".")[0])
-    dev = str(device or data.get("device_name") or path.name.split(".")[0])
+    recorded_name = str(data.get("device_name") or "")
+    dev = str(device or recorded_name or path.name.split(".")[0])
+    named_by = "--device" if device else "the file's device_name" if recorded_name else "the file's name"
     key = dict(mine["key"]) if isinstance(mine.get("key"), dict) else problem_key(data.get("problem_size", []))
     case_id = f"{kernel}-" + "x".join(str(v) for v in key.values()) if key else kernel
     points = [_point(str(label), entry, names, params, case_id=case_id, path=path) for label, entry in cache.items()]
@@ -226,7 +234,7 @@ def import_cache(path: Path, *, device: str | None = None) -> Landscape:
     ordered = {n: params[n] for n in names}
     origin = {"format": KT_FORMAT, "file": path.name, "kernel_name": data.get("kernel_name"),
               "device_name": data.get("device_name"), "problem_size": data.get("problem_size"),
-              "objective": data.get("objective", "time"),
+              "objective": data.get("objective", "time"), "device_named_by": named_by,
               "feasible": "the configurations the cache lists (Kernel Tuner writes none that its restrictions "
                           "rule out)"}
     target = str(mine.get("target") or f"{TARGET_PREFIX}::{kernel}")
@@ -240,6 +248,16 @@ def import_cache(path: Path, *, device: str | None = None) -> Landscape:
                      space={"params": ordered, "constraints": list(mine.get("constraints", []))},
                      ktune_version=__version__, points=tuple(points), recorded=str(mine.get("recorded", "")),
                      samples=None, note=note, origin=origin, path=path)
+
+
+def device_note(land: Landscape) -> str:
+    """What an imported landscape's device name stands on, where the file itself did not name it; ''
+    where it did, or for a landscape of ktune's own."""
+    origin = land.origin or {}
+    if origin.get("format") != KT_FORMAT or origin.get("device_named_by") != "the file's name":
+        return ""
+    return (f"the cache file {origin.get('file', '?')} records no device, so the device is named after the file "
+            f"({land.device.get('name', '?')}); `ktune import-landscape --device NAME` names it")
 
 
 def unknown_device(name: str) -> dict[str, Any]:

@@ -135,7 +135,12 @@ class Landscape:
         return min(timed, key=lambda p: p.value_us)
 
     def lookup(self) -> dict[str, Point]:
-        return {config_key(p.params): p for p in self.points}
+        """The points by configuration key (made once: a bench replays a landscape many times)."""
+        cached: dict[str, Point] | None = self.__dict__.get("_lookup")
+        if cached is None:
+            cached = {config_key(p.params): p for p in self.points}
+            object.__setattr__(self, "_lookup", cached)
+        return dict(cached)
 
     def space_params(self) -> dict[str, list[Value]]:
         return {n: list(v) for n, v in self.space["params"].items()}
@@ -191,7 +196,9 @@ def space_of(target: Any) -> dict[str, Any]:
 
 
 def _r(x: float) -> float:
-    return float(f"{x:.6g}") if math.isfinite(x) else x
+    """A time as written: in full (JSON keeps every digit of a float), so that a row's interval, computed
+    from the same numbers, still holds its median once read back."""
+    return float(x)
 
 
 _HINT_DAMAGED = "record it again with `ktune record`, or restore the file from version control"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.lab.landscape import Landscape, LandscapeError
@@ -17,6 +18,15 @@ TOLERANCES = (0.03, 0.05)
 DEFAULT_BUDGET_CAP = 100
 
 
+AFTER = (10, 20)  # the trials after which the fraction of the optimum reached is reported
+
+
+def after_marks(budget: int) -> list[int]:
+    """The trials of ``AFTER`` that fit in ``budget`` (the whole budget where none does): a column "after
+    20" under a budget of 10 would repeat "after 10" under another name."""
+    return [m for m in AFTER if m <= budget] or [budget]
+
+
 @dataclass
 class StrategyResult:
     """One strategy on one landscape, over all seeds."""
@@ -25,6 +35,16 @@ class StrategyResult:
     traces: list[Trace] = field(default_factory=list)
     skipped: str = ""
     wall_s: float = 0.0
+    repeatable: bool | None = None  # Kernel Tuner's strategies: whether one seed, run twice, repeated itself
+
+    def quartiles(self, optimum: float, tol: float) -> tuple[float, float]:
+        """The lower and upper quartiles over seeds of the trials to come within ``tol`` (inf: never)."""
+        runs = sorted(math.inf if n is None else n for n in self.reached(optimum, tol))
+        if not runs:
+            return math.inf, math.inf
+        # by rank (the seeds a quarter and three quarters of the way up), so a seed that never got there
+        # is a rank like any other
+        return runs[round((len(runs) - 1) * 0.25)], runs[round((len(runs) - 1) * 0.75)]
 
     def reached(self, optimum: float, tol: float) -> list[int | None]:
         return [trials_to(t, optimum * (1 + tol) * (1 + 1e-9)) for t in self.traces]
@@ -115,8 +135,39 @@ def summary_lines(results: Sequence[LandscapeResult],
 
 
 @dataclass(frozen=True)
+class Stats:
+    """What the summary over landscapes needs of one strategy on one landscape."""
+
+    strategy: str
+    skipped: bool
+    median: float  # median trials to 3 %; inf: the median seed never came within 3 %
+    after: Mapping[int, float]  # trials -> median fraction of the optimum reached by then
+    repeatable: bool | None = None  # None: not checked (every strategy but Kernel Tuner's is seeded)
+
+
+def stats_of(lr: LandscapeResult) -> tuple[int, list[Stats]]:
+    """A landscape's budget and its strategies' Stats."""
+    o = lr.optimum_us
+    return lr.budget, [Stats(r.strategy, bool(r.skipped), math.inf if r.skipped else r.median_trials(o, 0.03),
+                             {} if r.skipped else {m: r.reached_after(o, m) for m in after_marks(lr.budget)},
+                             r.repeatable) for r in lr.results]
+
+
+def stats_of_json(landscape: Mapping[str, Any]) -> tuple[int, list[Stats]]:
+    """The same, read back from one landscape of a ``bench-search.json`` (``tables.to_json``)."""
+    out = []
+    for s in landscape["strategies"]:
+        after = {int(k.rsplit("_", 1)[1]): float(v) for k, v in s.items() if k.startswith("of_optimum_after_")}
+        median = s.get("median_trials_to_3pct")
+        out.append(Stats(str(s["strategy"]), bool(s["skipped"]), math.inf if median is None else float(median),
+                         after, s.get("repeatable")))
+    return int(landscape["budget"]), out
+
+
+@dataclass(frozen=True)
 class Overall:
-    """One strategy over all the landscapes: median trials to 3 % summed, and how often it was best."""
+    """One strategy over all the landscapes: median trials to 3 % summed and their geometric mean, the
+    fraction of the optimum reached after 10 and 20 trials, and how often it was best."""
 
     strategy: str
     reached: int  # landscapes where the median run came within 3 %
@@ -124,33 +175,66 @@ class Overall:
     total: float  # the medians summed; a landscape not reached or skipped counts as its budget + 1
     geomean: float  # their geometric mean, counted the same way
     fewest: int  # landscapes where no strategy (its own parts aside) needs fewer, ties counted
+    after_10: float = math.nan  # the mean, over the landscapes it ran on, of the median fraction after 10
+    after_20: float = math.nan  # the same after 20 (landscapes whose budget is smaller left out)
+    repeatable: bool | None = None  # False: some landscape's seed, run twice, gave two traces
 
 
 def overall(results: Sequence[LandscapeResult]) -> list[Overall]:
-    """Each strategy over all the landscapes, fewest trials in total first. A landscape a strategy
-    did not reach (or was skipped on) counts as its budget + 1, a bound below what it would need."""
+    """Each strategy over all the landscapes (``rank``)."""
+    return rank([stats_of(lr) for lr in results])
+
+
+def rank(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> list[Overall]:
+    """Each strategy over all the landscapes, by the geometric mean of its median trials to 3 %, then by
+    the fraction of the optimum after 20 trials. A landscape a strategy did not reach (or was skipped
+    on) counts as its budget + 1, a bound below what it would need."""
     names: list[str] = []
-    for lr in results:
-        names.extend(r.strategy for r in lr.results if r.strategy not in names)
+    for _, rows in landscapes:
+        names.extend(r.strategy for r in rows if r.strategy not in names)
     counted: dict[str, list[float]] = {n: [] for n in names}
+    after: dict[tuple[str, int], list[float]] = {}
     ran = dict.fromkeys(names, 0)
     reached = dict.fromkeys(names, 0)
     fewest = dict.fromkeys(names, 0)
-    for lr in results:
-        o = lr.optimum_us
-        by = {r.strategy: r for r in lr.results}
-        med = {n: (by[n].median_trials(o, 0.03) if n in by and not by[n].skipped else math.inf) for n in names}
+    repeatable: dict[str, bool | None] = dict.fromkeys(names)
+    for budget, rows in landscapes:
+        by = {r.strategy: r for r in rows}
+        med = {n: (by[n].median if n in by and not by[n].skipped else math.inf) for n in names}
         for n in names:
-            ran[n] += n in by and not by[n].skipped
+            r = by.get(n)
+            ran[n] += r is not None and not r.skipped
             reached[n] += not math.isinf(med[n])
-            counted[n].append(min(med[n], lr.budget + 1))
+            counted[n].append(min(med[n], budget + 1))
+            if r is not None and not r.skipped:
+                for m, v in r.after.items():
+                    after.setdefault((n, m), []).append(v)
+                if r.repeatable is not None:
+                    repeatable[n] = r.repeatable and repeatable[n] is not False
         for n in names:
             against = [med[m] for m in names if m == n or m not in OWN_STRATEGIES]
             fewest[n] += not math.isinf(med[n]) and med[n] <= min(against)
+
+    def mean_after(n: str, m: int) -> float:
+        v = after.get((n, m))
+        return statistics.fmean(v) if v else math.nan
+
     out = [Overall(n, reached[n], ran[n], sum(counted[n]),
                    math.exp(statistics.fmean(math.log(v) for v in counted[n])) if counted[n] else math.nan,
-                   fewest[n]) for n in names]
-    return sorted(out, key=lambda x: (x.total, x.strategy))
+                   fewest[n], mean_after(n, 10), mean_after(n, 20), repeatable[n]) for n in names]
+    return sorted(out, key=lambda x: (x.geomean, -(0.0 if math.isnan(x.after_20) else x.after_20), x.strategy))
+
+
+def oracle(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> list[float] | None:
+    """The best rival's median trials to 3 % on each landscape (a different strategy on each), a miss
+    counted as the budget + 1; None where some landscape has no rival that ran."""
+    out = []
+    for budget, rows in landscapes:
+        rivals = [r.median for r in rows if not r.skipped and r.strategy not in OWN_STRATEGIES]
+        if not rivals:
+            return None
+        out.append(min(*rivals, budget + 1))
+    return out
 
 
 def trials_text(v: float, budget: int) -> str:

@@ -10,14 +10,25 @@ from typing import Any
 
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.version import __version__
-from pytest_ktune.lab.results import BenchSettings, LandscapeResult, overall, trials_text
-from pytest_ktune.lab.strategies import OWN_STRATEGIES
+from pytest_ktune.lab.ktcache import device_note
+from pytest_ktune.lab.results import (
+    BenchSettings,
+    LandscapeResult,
+    Stats,
+    after_marks,
+    oracle,
+    overall,
+    rank,
+    stats_of,
+    trials_text,
+)
 from pytest_ktune.report.svg import _text, svg_open
 
 
 def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str:
     lines = ["# Search efficiency on recorded landscapes", "",
-             f"Median over {settings.seeds} seeds; a trial is a distinct configuration sent to the device "
+             f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), "
+             "and the quartiles over them; a trial is a distinct configuration sent to the device "
              "(failures included, constraint violations and repeats not). "
              f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}.", ""]
     for lr in results:
@@ -25,19 +36,23 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
                   f"{len(lr.land.points)} configurations, {len(lr.land.timed)} timed; optimum "
                   f"{opt.value_us:.3f} µs at {_params(opt.params)}; budget {lr.budget}.", "",
-                  *_imported(lr),
-                  "| strategy | trials to 3 % | trials to 5 % | hit rate 3 % | hit rate 5 % | of the optimum after "
-                  "10 trials | after 20 | final ÷ optimum |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  *_imported(lr)]
+        marks = after_marks(lr.budget)
+        after = " | ".join(f"of the optimum after {m} trials" if j == 0 else f"after {m}" for j, m in enumerate(marks))
+        lines += [f"| strategy | trials to 3 % | its quartiles | trials to 5 % | hit rate 3 % | hit rate 5 % | "
+                  f"{after} | final ÷ optimum |", "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(marks) + 1)]
         for r in lr.results:
             if r.skipped:
-                lines.append(f"| {r.strategy} | skipped: {r.skipped} | | | | | | |")
+                lines.append(f"| {r.strategy} | skipped: {r.skipped} |" + " |" * (len(marks) + 5))
                 continue
             o = lr.optimum_us
-            lines.append(f"| {r.strategy} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
+            fractions = " | ".join(f"{r.reached_after(o, m):.3f}" for m in marks)
+            q1, q3 = r.quartiles(o, 0.03)
+            mark = " (not repeatable)" if r.repeatable is False else ""
+            lines.append(f"| {r.strategy}{mark} | {trials_text(r.median_trials(o, 0.03), lr.budget)} | "
+                         f"{trials_text(q1, lr.budget)}–{trials_text(q3, lr.budget)} | "
                          f"{trials_text(r.median_trials(o, 0.05), lr.budget)} | {r.hit_rate(o, 0.03):.0%} | "
-                         f"{r.hit_rate(o, 0.05):.0%} | {r.reached_after(o, min(10, lr.budget)):.3f} | "
-                         f"{r.reached_after(o, min(20, lr.budget)):.3f} | {r.final_over_optimum(o, lr.budget):.3f} |")
+                         f"{r.hit_rate(o, 0.05):.0%} | {fractions} | {r.final_over_optimum(o, lr.budget):.3f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -47,9 +62,12 @@ def _imported(lr: LandscapeResult) -> list[str]:
     if not lr.land.imported:
         return []
     origin = lr.land.origin or {}
+    note = device_note(lr.land)
     return [f"Recorded elsewhere ({origin.get('format', 'imported')}: {origin.get('file', '?')}): no ktune target "
             "stands behind it, so the device priors, which need the target's launch, are off, and there is "
-            "no default; `ktune` starts from what it found on the other keys and devices given with it.", ""]
+            "no default; `ktune` starts from what it found on the other keys and devices given with it, and "
+            "without those from its search of a space it knows nothing of (`tuner.portfolio`)."
+            + (f" Note: {note}." if note else ""), ""]
 
 
 def _params(p: Mapping[str, Value]) -> str:
@@ -64,16 +82,17 @@ def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict
         o = lr.optimum_us
         strategies = []
         for r in lr.results:
-            row: dict[str, Any] = {"strategy": r.strategy, "skipped": r.skipped or None, "wall_s": round(r.wall_s, 3)}
+            row: dict[str, Any] = {"strategy": r.strategy, "skipped": r.skipped or None, "wall_s": round(r.wall_s, 3),
+                                   "repeatable": r.repeatable}
             if not r.skipped:
                 row.update({
                     "median_trials_to_3pct": _num(r.median_trials(o, 0.03)),
                     "median_trials_to_5pct": _num(r.median_trials(o, 0.05)),
+                    "quartiles_trials_to_3pct": [_num(q) for q in r.quartiles(o, 0.03)],
                     "trials_to_3pct": r.reached(o, 0.03), "trials_to_5pct": r.reached(o, 0.05),
                     "hit_rate_3pct": r.hit_rate(o, 0.03), "hit_rate_5pct": r.hit_rate(o, 0.05),
                     "final_over_optimum": r.final_over_optimum(o, lr.budget),
-                    "of_optimum_after_10": r.reached_after(o, min(10, lr.budget)),
-                    "of_optimum_after_20": r.reached_after(o, min(20, lr.budget)),
+                    **{f"of_optimum_after_{m}": r.reached_after(o, m) for m in after_marks(lr.budget)},
                     "median_best_so_far_us": r.curve(lr.budget)})
             strategies.append(row)
         out["landscapes"].append({"file": str(lr.land.path) if lr.land.path else None, "target": lr.land.target,
@@ -150,30 +169,40 @@ def svg(results: Sequence[LandscapeResult]) -> str:
 
 
 def overall_markdown(results: Sequence[LandscapeResult]) -> str:
-    """The table of ``overall``, with the default strategy set against the best other on each landscape."""
-    rows = overall(results)
+    """The table of ``overall``, with the best of the others on each landscape beneath it."""
+    return overall_table([stats_of(lr) for lr in results])
+
+
+def overall_table(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> str:
+    """Every strategy ranked over the landscapes (``results.rank``), as markdown."""
+    rows = rank(landscapes)
     if not rows:
         return ""
-    n = len(results)
+    n = len(landscapes)
     lines = ["## Over all landscapes", "",
-             f"Median trials to within 3 % of the optimum, over {n} landscapes: summed, and their geometric "
-             "mean. A landscape a strategy did not reach, or was skipped on, counts as its budget + 1 (marked "
-             "≥). *Fewest*: landscapes where no other strategy needs fewer (the default's own parts "
-             "aside), ties counted.", "",
-             "| strategy | reached | trials, summed | geometric mean | fewest |", "|---|---:|---:|---:|---:|"]
-    for r in rows:
+             f"Ranked by the geometric mean, over {n} landscapes, of the median trials to within 3 % of the "
+             "optimum; a landscape a strategy did not reach, or was skipped on, counts as its budget + 1 "
+             "(marked ≥). *After 10* and *after 20*: the mean over the landscapes it ran on of the median "
+             "fraction of the optimum (optimum ÷ best so far) after that many trials. *Fewest*: landscapes "
+             "where no other strategy needs fewer (the default's own parts aside), ties counted. "
+             "*Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different traces "
+             "(its spread over seeds is in each landscape's quartiles column).", "",
+             "| rank | strategy | geometric mean | reached | trials, summed | after 10 | after 20 | fewest |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(rows, 1):
         short = "≥ " if r.reached < n else ""
-        skipped = f" (skipped on {n - r.ran})" if r.ran < n else ""
-        lines.append(f"| {r.strategy}{skipped} | {r.reached}/{n} | {short}{r.total:g} | {short}{r.geomean:.2f} | "
-                     f"{r.fewest} |")
-    oracle = []
-    for lr in results:
-        rivals = [r.median_trials(lr.optimum_us, 0.03) for r in lr.results
-                  if not r.skipped and r.strategy not in OWN_STRATEGIES]
-        if rivals:
-            oracle.append(min(*rivals, lr.budget + 1))
-    if oracle and len(oracle) == n:
-        mean = math.exp(statistics.fmean(map(math.log, oracle)))
+        notes = [f"skipped on {n - r.ran}"] if r.ran < n else []
+        notes += ["not repeatable"] if r.repeatable is False else []
+        label = r.strategy + (f" ({', '.join(notes)})" if notes else "")
+        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {r.reached}/{n} | {short}{r.total:g} | "
+                     f"{_fraction(r.after_10)} | {_fraction(r.after_20)} | {r.fewest} |")
+    best = oracle(landscapes)
+    if best:
+        mean = math.exp(statistics.fmean(map(math.log, best)))
         lines += ["", f"The best of the others on each landscape (a different strategy on each), summed: "
-                      f"{sum(oracle):g} trials, geometric mean {mean:.2f}."]
+                      f"{sum(best):g} trials, geometric mean {mean:.2f}."]
     return "\n".join(lines) + "\n"
+
+
+def _fraction(v: float) -> str:
+    return "–" if math.isnan(v) else f"{v:.3f}"

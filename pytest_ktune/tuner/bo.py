@@ -28,18 +28,23 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import optuna
 
 from pytest_ktune.core.space import Value, config_key, steps
+from pytest_ktune.tuner.portfolio import Portfolio, knows_nothing
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
+
+
+REFIT_GROWTH = 1.25  # the length scales are chosen again once the timings have grown by a quarter
 
 
 FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
@@ -76,7 +81,8 @@ def expected_improvement(mu: np.ndarray, sd: np.ndarray, best: float) -> np.ndar
 class GaussianProcess:
     """A zero-mean GP on standardised targets with unit signal variance and fixed noise."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, columns: Sequence[int], noise: float = NOISE) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, columns: Sequence[int], noise: float = NOISE,
+                 scales: np.ndarray | None = None) -> None:
         self.x = x
         self.mean = float(y.mean())
         self.std = float(y.std()) or 1.0
@@ -86,7 +92,12 @@ class GaussianProcess:
         self.noise = noise
         self._d2 = _sq_dist(x, x, self.columns, self.params)
         self.scales = np.ones(self.params)
-        self._chol, self._alpha = self._fit()
+        if scales is not None and len(scales) == self.params:  # length scales chosen before, kept
+            self.scales = np.asarray(scales, float)
+            _, chol, alpha = self._evidence(self.scales[None, :])
+            self._chol, self._alpha = chol[0], alpha[0]
+        else:
+            self._chol, self._alpha = self._fit()
 
     def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
@@ -94,10 +105,11 @@ class GaussianProcess:
         r2 = np.einsum("gp,pij->gij", 1.0 / grid ** 2, self._d2)
         k = _matern52(r2) + self.noise * np.eye(len(self.x))
         chol = np.linalg.cholesky(k)  # positive definite: a kernel matrix plus noise on its diagonal
-        z = np.linalg.solve(chol, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))
-        alpha = np.linalg.solve(np.swapaxes(chol, 1, 2), z)[..., 0]
+        # One solve of K itself (y' K^-1 y = y' alpha), not two triangular ones: numpy has no
+        # triangular solver, and its general one costs as much for a factor as for K.
+        alpha = np.linalg.solve(k, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))[..., 0]
         logdet = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
-        return -0.5 * (z[..., 0] ** 2).sum(1) - logdet, chol, alpha
+        return -0.5 * (alpha * self.y).sum(1) - logdet, chol, alpha
 
     def _fit(self) -> tuple[np.ndarray, np.ndarray]:
         scales = np.asarray(LENGTH_SCALES)
@@ -110,6 +122,8 @@ class GaussianProcess:
         best = np.full(self.params, scales[len(scales) // 2])
         for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
             for p in range(self.params):
+                if not self._d2[p].any():
+                    continue  # a parameter that does not vary among the timings: its scale changes nothing
                 grid = np.repeat(best[None, :], len(scales), 0)
                 grid[:, p] = scales
                 ev, _, _ = self._evidence(grid)
@@ -168,57 +182,98 @@ class Positions:
                       for n, num in zip(names, self.numeric, strict=True)]
         self.names = names
         self.pos = np.asarray([self.row(c) for c in self.feasible], float).reshape(len(self.feasible), len(names))
+        self.row_of = {k: i for i, k in enumerate(self.keys)}
+
+    def untried(self, tried: Collection[str]) -> np.ndarray:
+        """The rows, in order, of the configurations whose keys are not in ``tried``."""
+        mask = np.ones(len(self.keys), bool)
+        mask[[self.row_of[k] for k in tried if k in self.row_of]] = False
+        out: np.ndarray = np.flatnonzero(mask)
+        return out
 
     def row(self, config: Mapping[str, Value]) -> list[int]:
         return [self.index[j][config[n]] for j, n in enumerate(self.names)]
 
-    def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int]) -> np.ndarray:
+    def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int] | np.ndarray) -> np.ndarray:
         """``steps`` from ``centre`` to each of the configurations numbered ``rows``."""
-        d = np.abs(self.pos[list(rows)] - np.asarray(self.row(centre), float))
+        d = np.abs(self.pos[np.asarray(rows, int)] - np.asarray(self.row(centre), float))
         d[:, ~self.numeric] = d[:, ~self.numeric] > 0
         out: np.ndarray = d.sum(1)
         return out
 
 
-def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
-            failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
-            params: Mapping[str, Sequence[Value]], rng: random.Random,
-            positions: Positions | None = None) -> Mapping[str, Value] | None:
-    """The untried feasible configuration of highest expected improvement; None when all were tried.
+@dataclass
+class Fitted:
+    """The model fitted to a study's timings: ``ei`` scores configurations; ``centre`` is the best timed."""
 
-    ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
-    failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
-    as Positions, made once by a caller that proposes many times."""
-    at = positions if positions is not None else Positions(feasible, params)
-    tried = {config_key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
-    rows = [i for i, k in enumerate(at.keys) if k not in tried]
-    if not rows:
-        return None
+    gp: GaussianProcess
+    encode: Inputs
+    best: float  # the best standardised log timing
+    centre: Mapping[str, Value]
+
+    def ei(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+        mu, sd = self.gp.predict(self.encode(configs))
+        return expected_improvement(mu, sd, self.best)
+
+
+def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
+        busy: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]],
+        memo: dict[str, Any] | None = None, key: Callable[[Mapping[str, Value]], str] = config_key) -> Fitted | None:
+    """The model of the timings so far (``propose`` says what each argument is); None with fewer than two."""
     seen: dict[str, tuple[Mapping[str, Value], float]] = {}
     for c, v in timed:
         if v > 0 and math.isfinite(v):
-            seen.setdefault(config_key(c), (c, math.log(v)))
+            seen.setdefault(key(c), (c, math.log(v)))
     if len(seen) < 2:
-        return at.feasible[rng.choice(rows)]
+        return None
     worst = max(y for _, y in seen.values())
-    points = list(seen.values()) + [(c, worst) for c in failed if config_key(c) not in seen]
+    points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
     encode = Inputs(params)
-    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
-    pending = [c for c in busy if config_key(c) not in seen]
+    kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
+    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                         scales=kept)
+    if memo is not None and kept is None:
+        memo.update(n=len(points), scales=gp.scales)
+    best = float(gp.y[: len(seen)].min())
+    pending = [c for c in busy if key(c) not in seen]
     if pending:
         # Kriging believer: a configuration being timed counts as what the model expects of it, so the
         # next proposal of a batch goes where the model still expects something new.
         mu_p, _ = gp.predict(encode(pending))
         believed = list(mu_p * gp.std + gp.mean)
         points += list(zip(pending, believed, strict=True))
-        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
-    centre = min(seen.values(), key=lambda cy: cy[1])[0]
-    dist = at.steps_from(centre, rows)
-    least = dist.min()
-    near = [at.feasible[r] for r, d in zip(rows, dist, strict=True) if d == least]
-    mu, sd = gp.predict(encode(near))
-    ei = expected_improvement(mu, sd, float(gp.y[: len(seen)].min()))
-    return near[int(np.argmax(ei))]
+        refit = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                                scales=gp.scales)
+        best = float(refit.y[: len(seen)].min())
+        gp = refit
+    return Fitted(gp, encode, best, min(seen.values(), key=lambda cy: cy[1])[0])
+
+
+def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mapping[str, Value], float]], *,
+            failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
+            params: Mapping[str, Sequence[Value]], rng: random.Random,
+            positions: Positions | None = None, memo: dict[str, Any] | None = None,
+            key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
+    """The untried feasible configuration of highest expected improvement; None when all were tried.
+
+    ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
+    failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
+    as Positions, made once by a caller that proposes many times; ``memo``: a dict the same caller
+    passes each time, in which the model's length scales are kept until the timings have grown by
+    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost); ``key``: ``config_key``, or a
+    caller's memo of it."""
+    at = positions if positions is not None else Positions(feasible, params)
+    tried = {key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
+    rows = at.untried(tried)
+    if not len(rows):
+        return None
+    model = fit(timed, failed=failed, busy=busy, params=params, memo=memo, key=key)
+    if model is None:
+        drawn: Mapping[str, Value] = at.feasible[rng.choice(rows.tolist())]
+        return drawn
+    dist = at.steps_from(model.centre, rows)
+    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist == dist.min()].tolist()]
+    return near[int(np.argmax(model.ei(near)))]
 
 
 def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
@@ -227,6 +282,22 @@ def nearest(untried: Sequence[Mapping[str, Value]], centre: Mapping[str, Value],
     dist = [steps(c, centre, params) for c in untried]
     least = min(dist)
     return [c for c, d in zip(untried, dist, strict=True) if d == least]
+
+
+class KeyCache:
+    """``config_key``, remembered for configurations the caller keeps (the same object asked again
+    gets the key made the first time): a sampler asks for the keys of every trial at each proposal."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Mapping[str, Value], str]] = {}
+
+    def __call__(self, config: Mapping[str, Value]) -> str:
+        hit = self._by_id.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        k = config_key(config)
+        self._by_id[id(config)] = (config, k)
+        return k
 
 
 class BoSampler(optuna.samplers.BaseSampler):
@@ -244,9 +315,15 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.rng = random.Random(seed)
         self.positions = Positions(self.feasible, self.params) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
+        self.key = KeyCache()  # configuration keys, made once per configuration
+        self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
+        self.portfolio: Portfolio | None = None  # ``tuner.portfolio``: made for a study that starts from nothing
 
     def reseed_rng(self) -> None:
         self.rng = random.Random()
+        if self.portfolio is not None:
+            self.portfolio.rng = self.rng
         self._fallback.reseed_rng()
 
     def infer_relative_search_space(self, study: Any, trial: Any) -> dict[str, Any]:
@@ -260,18 +337,37 @@ class BoSampler(optuna.samplers.BaseSampler):
         timed: list[tuple[Mapping[str, Value], float]] = []
         failed: list[Mapping[str, Value]] = []
         busy: list[Mapping[str, Value]] = []
+        labels: list[str] = []
         for t in study.get_trials(deepcopy=False):
+            if "warm_start" in t.user_attrs:
+                labels.append(str(t.user_attrs["warm_start"]))
             if t.number == trial.number or not t.params:
                 continue
-            cfg = self.encoding.decode(t.params)
+            cfg = self._decoded.get(t.number) if t.state.is_finished() else None
+            if cfg is None:
+                cfg = self.encoding.decode(t.params)
+                if t.state.is_finished():  # a finished trial's parameters no longer change
+                    self._decoded[t.number] = cfg
             if t.state == TrialState.COMPLETE and t.value is not None:
                 timed.append((cfg, float(t.value)))
             elif t.state in (TrialState.RUNNING, TrialState.WAITING):  # being timed, or queued
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)
-        pick = propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
-                       positions=self.positions)
+        def model() -> Mapping[str, Value] | None:
+            return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
+                           positions=self.positions, memo=self.memo, key=self.key)
+
+        def score(configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+            fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
+            return fitted.ei(configs) if fitted is not None else np.zeros(len(configs))
+
+        if self.positions is not None and knows_nothing(labels):
+            if self.portfolio is None:
+                self.portfolio = Portfolio(self.positions, self.rng)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)
+        else:
+            pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))
 
     def sample_independent(self, study: Any, trial: Any, param_name: str, param_distribution: Any) -> Any:

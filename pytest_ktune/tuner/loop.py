@@ -43,6 +43,8 @@ class StudyLoop:
         self.infeasible = 0
         self.failed = 0
         self.rows: list[Any] = []
+        self._feasible: list[tuple[str, dict[str, Value]]] | None = None  # (class, configuration), once listed
+        self._classes_by_number: dict[int, str] = {}  # trial number -> its configuration's class
 
     def _trials(self, *states: Any) -> list[Any]:
         return list(self.study.get_trials(deepcopy=False, states=states or None))
@@ -161,7 +163,9 @@ class StudyLoop:
         """Queue one feasible configuration the study has neither tried nor queued, drawn at random
         (seeded by the run's seed and the study's size, so a replay repeats itself)."""
         known = {self._class(self.enc.decode(t.params)) for t in self._trials() if t.params} | set(in_batch)
-        untried = [c for c in self.target.space.feasible(self.key) if self._class(c) not in known]
+        if self._feasible is None:  # listed once: a space of thousands of points is explored many times
+            self._feasible = [(self._class(c), c) for c in self.target.space.feasible(self.key)]
+        untried = [c for ck, c in self._feasible if ck not in known]
         if untried:
             pick = random.Random(f"{seed}:{len(known)}").choice(untried)
             enqueue(self.study, self.enc, [("explore", pick)])
@@ -171,13 +175,20 @@ class StudyLoop:
         ck = config_key(cfg)
         return self.classes.get(ck, ck)
 
+    def _class_of(self, trial: Any) -> str:
+        """The class of a trial's configuration (remembered by trial number: a trial's parameters are
+        set once, and every proposal looks through all the trials of the study)."""
+        ck = self._classes_by_number.get(trial.number)
+        if ck is None:
+            ck = self._classes_by_number[trial.number] = self._class(self.enc.decode(trial.params))
+        return ck
+
     def _twin(self, number: int, ck: str) -> Any:
         """The lowest-numbered other trial of the same class (``ck``) that is running or complete."""
         from optuna.trial import TrialState
 
         for t in sorted(self._trials(TrialState.COMPLETE, TrialState.RUNNING), key=lambda t: t.number):
-            if t.number != number and t.params and self._class(self.enc.decode(t.params)) == ck and \
-                    "duplicate" not in t.user_attrs:
+            if t.number != number and t.params and self._class_of(t) == ck and "duplicate" not in t.user_attrs:
                 return t if t.number < number or t.state == TrialState.COMPLETE else None
         return None
 
@@ -188,7 +199,7 @@ class StudyLoop:
 
         for t in self._trials(TrialState.FAIL):
             if t.number != number and t.params and ("failed" in t.user_attrs or "infeasible" in t.user_attrs) \
-                    and self._class(self.enc.decode(t.params)) == ck:
+                    and self._class_of(t) == ck:
                 return t
         return None
 

@@ -42,6 +42,13 @@ def unknown(name: str) -> KtuneError:
                            "pytest_ktune_sampler hook")
 
 
+def missing_modules(*names: str) -> list[str]:
+    """Those of ``names`` that cannot be imported here, in the order given (found without importing them)."""
+    import importlib.util
+
+    return [n for n in names if importlib.util.find_spec(n) is None]
+
+
 def make_sampler(name: str, seed: int | None, encoding: Encoding,
                  feasible: Sequence[Mapping[str, Value]] = ()) -> Any:
     """The named sampler; ``bo`` proposes among ``feasible``, the key's configurations."""
@@ -71,11 +78,10 @@ def make_sampler(name: str, seed: int | None, encoding: Encoding,
                              hint="pip install cmaes") from None
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if name == "gp":
-        try:
-            import scipy  # noqa: F401
-            import torch  # noqa: F401
-        except ImportError:
-            raise KtuneError("the GP sampler needs torch and scipy",
-                             hint="pip install torch scipy, or use --ktune-sampler tpe") from None
+        missing = missing_modules("torch", "scipy")
+        if missing:
+            verb = "is" if len(missing) == 1 else "are"
+            raise KtuneError(f"the GP sampler needs {' and '.join(missing)}, which {verb} not installed",
+                             hint=f"pip install {' '.join(missing)}, or use --ktune-sampler tpe")
         return optuna.samplers.GPSampler(seed=seed)
     raise unknown(name)

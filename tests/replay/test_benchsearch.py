@@ -83,10 +83,13 @@ def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.
                    "--strategies", "ktune,random", "--out", str(out), "--jobs", "2"])
     assert rc == 0
     text = capsys.readouterr().out
-    assert "| ktune | 1 | 1 | 100% | 100% |" in text
+    assert "| ktune | 1 | 1–1 | 1 | 100% | 100% |" in text
+    # Under a budget of 10 there is no "after 20" column: it would repeat "after 10" under another name.
+    assert "of the optimum after 10 trials | final" in text and "after 20" not in text.split("## Over all")[0]
     data = json.loads((out / "bench-search.json").read_text())
     rows = {s["strategy"]: s for s in data["landscapes"][0]["strategies"]}
     assert rows["ktune"]["median_trials_to_3pct"] == 1 and len(rows["random"]["median_best_so_far_us"]) == 10
+    assert "of_optimum_after_10" in rows["ktune"] and "of_optimum_after_20" not in rows["ktune"]
     svg = ET.parse(out / "bench-search.svg").getroot()
     assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
 
@@ -201,7 +204,10 @@ def test_the_overall_table_sums_medians_and_counts_a_miss_as_the_budget_plus_one
     assert math.isclose(rows["ktune"].geomean, math.sqrt(3))
     assert [v for *_, v in versus([a, b])] == ["fewer", "MORE"]
     text = overall_markdown([a, b])
-    assert "| random | 1/2 | ≥ 9 |" in text and "| kt:pso (skipped on 1) | 1/2 | ≥ 7 |" in text
+    # Ranked by the geometric mean: ktune and bo (1.73), pso (2.45), random (4.24); with a budget of 5,
+    # no fraction after 10 or 20 trials.
+    assert "| 3 | kt:pso (skipped on 1) | ≥ 2.45 | 1/2 | ≥ 7 | – | – | 1 |" in text
+    assert "| 4 | random | ≥ 4.24 | 1/2 | ≥ 9 | – | – | 1 |" in text
     assert "summed: 4 trials" in text  # the best other on each landscape: random's 3, then pso's 1
 
 

@@ -1,0 +1,193 @@
+"""The default sampler's search where nothing is known: no device prior, no record of another key or
+device, no parameters in use (an imported landscape, a stand-in target, priors switched off).
+
+``bo``'s model, centred on the best so far, is the right tool once a good configuration is known;
+started from nothing it centres on whatever came first and stays in that basin. Here the sampler
+runs a portfolio instead, over the feasible configurations only (a proposal is always one of them,
+never one tried before):
+
+* **a space-filling start**: ``d + 1`` configurations for ``d`` parameters (the fewest that show a
+  trend along each), each the untried one farthest from all tried so far among a random draw;
+* then, trial by trial, one of three sub-strategies, drawn by Thompson sampling on how often each
+  one's proposals improved on the best so far (a Beta(1 + improvements, 1 + the rest) draw each):
+  ``model`` (``bo``'s own proposal: expected improvement next to the best), ``evolve`` (a genetic
+  step: two parents, each the better of two drawn from the best ``population`` timed, crossed
+  parameter by parameter, each parameter moved by a step with probability ``1 / d``, then the
+  untried feasible configuration nearest the child) and ``explore`` (a space-filling point, as at
+  the start). Each starts with one success counted, so that each is tried.
+
+The constants come from the space's size and shape, never from a landscape: the start and the
+mutation rate from the number of parameters, the population from the number of feasible
+configurations (its natural log: a larger space keeps more candidates alive).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from pytest_ktune.core.space import Value, config_key
+
+ARMS = ("model", "evolve", "explore")
+
+
+DRAWN = 64  # candidates a space-filling point is chosen among (the farthest of a random draw)
+
+
+class Rows(Protocol):
+    """The feasible configurations as ``bo.Positions`` holds them: each row's value positions."""
+
+    feasible: list[Mapping[str, Value]]
+    keys: list[str]
+    names: list[str]
+    pos: np.ndarray
+    numeric: np.ndarray
+    index: list[dict[Value, int]]
+    row_of: dict[str, int]
+
+    def untried(self, tried: Collection[str]) -> np.ndarray: ...
+
+
+Model = Callable[[], Mapping[str, Value] | None]  # the model's proposal (``bo.propose``), made on demand
+
+
+Score = Callable[[Sequence[Mapping[str, Value]]], np.ndarray]  # the model's expected improvement of each
+
+
+@dataclass
+class Portfolio:
+    """The portfolio's memory across the proposals of one study: who proposed what, and how it went."""
+
+    positions: Rows
+    rng: random.Random
+    proposed_by: dict[str, str] = field(default_factory=dict)  # configuration key -> arm
+    scored: set[str] = field(default_factory=set)  # configuration keys already credited
+    wins: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 1))
+    losses: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ARMS, 0))
+
+    def __post_init__(self) -> None:
+        at = self.positions
+        span = np.asarray([max(len(ix) - 1, 1) for ix in at.index], float)
+        self.span = span
+        self.unit = at.pos / span  # each parameter's position among its values, in [0, 1]
+        self.dims = max(1, sum(len(ix) > 1 for ix in at.index))  # the parameters that can change
+        self.start = min(self.dims + 1, len(at.feasible))
+        self.population = max(2, round(math.log(max(len(at.feasible), 2))))
+
+    # -- the arms ----------------------------------------------------------------------------------
+
+    def _distance(self, rows: np.ndarray, to: np.ndarray) -> np.ndarray:
+        """Distances from the configurations numbered ``rows`` to the point ``to`` (in ``unit`` space;
+        a categorical parameter counts 1 where it differs)."""
+        d = np.abs(self.unit[rows] - to)
+        cat = ~self.positions.numeric
+        d[:, cat] = d[:, cat] > 0
+        out: np.ndarray = d.sum(1)
+        return out
+
+    def spread(self, untried: np.ndarray, tried: np.ndarray) -> int:
+        """An untried row far from every tried one: the farthest of ``DRAWN`` drawn at random."""
+        pick = self._draw(untried)
+        if not len(tried):
+            return int(pick[self.rng.randrange(len(pick))])
+        near = np.full(len(pick), np.inf)
+        for t in tried:
+            near = np.minimum(near, self._distance(pick, self.unit[t]))
+        return int(pick[int(np.argmax(near))])
+
+    def _draw(self, untried: np.ndarray) -> np.ndarray:
+        return untried if len(untried) <= DRAWN else np.asarray(self.rng.sample(list(untried), DRAWN))
+
+    def explore(self, untried: np.ndarray, score: Score) -> int:
+        """The untried row of highest expected improvement over the whole space (among ``DRAWN`` drawn)."""
+        pick = self._draw(untried)
+        return int(pick[int(np.argmax(score([self.positions.feasible[r] for r in pick])))])
+
+    def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
+        """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
+        children = sorted({self._child(untried, ranked) for _ in range(self.dims)})
+        return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
+
+    def _child(self, untried: np.ndarray, ranked: Sequence[int]) -> int:
+        """The untried row nearest a child of two good parents."""
+        pool = list(ranked[: self.population])
+
+        def parent() -> int:
+            a, b = self.rng.choice(pool), self.rng.choice(pool)
+            return a if ranked.index(a) <= ranked.index(b) else b
+
+        mum, dad = self.unit[parent()], self.unit[parent()]
+        child = np.where([self.rng.random() < 0.5 for _ in self.positions.names], mum, dad)
+        for j, ix in enumerate(self.positions.index):
+            if len(ix) > 1 and self.rng.random() < 1.0 / self.dims:
+                if self.positions.numeric[j]:
+                    step = 1.0 / max(len(ix) - 1, 1)
+                    child[j] = min(max(child[j] + self.rng.choice((-step, step)), 0.0), 1.0)
+                else:
+                    child[j] = self.rng.randrange(len(ix)) / self.span[j]
+        dist = self._distance(untried, child)
+        best = np.flatnonzero(dist == dist.min())
+        return int(untried[best[self.rng.randrange(len(best))]])
+
+    # -- one proposal ------------------------------------------------------------------------------
+
+    def credit(self, timed: Sequence[tuple[str, float]]) -> None:
+        """Count, for each arm, whether its proposals timed since the last call beat the best before
+        them (``timed``: configuration keys and times, in the order timed)."""
+        best = math.inf
+        for ck, v in timed:
+            arm = self.proposed_by.get(ck)
+            if arm is not None and ck not in self.scored:
+                self.scored.add(ck)
+                if v < best:
+                    self.wins[arm] += 1
+                else:
+                    self.losses[arm] += 1
+            best = min(best, v)
+
+    def choose(self) -> str:
+        draws = {a: self.rng.betavariate(self.wins[a], 1 + self.losses[a]) for a in ARMS}
+        return max(ARMS, key=lambda a: (draws[a], -ARMS.index(a)))
+
+    def propose(self, timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
+                busy: Sequence[Mapping[str, Value]], model: Model, score: Score,
+                key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
+        """The next configuration, untried and feasible; None when every one was tried. ``timed``,
+        ``failed`` and ``busy`` are as for ``bo.propose`` (timed in the order they were timed);
+        ``model`` makes the model arm's proposal, ``score`` the model's expected improvement of
+        configurations (it is asked only once two are timed); ``key``: ``config_key``, or a caller's memo of it."""
+        at = self.positions
+        keyed = [(key(c), v) for c, v in timed]
+        self.credit(keyed)
+        tried_keys = {k for k, _ in keyed} | {key(c) for c in [*failed, *busy]}
+        untried = at.untried(tried_keys)
+        if not len(untried):
+            return None
+        row_of = at.row_of
+        tried = np.asarray([row_of[k] for k in tried_keys if k in row_of], int)
+        ok = [(v, row_of[k]) for k, v in keyed if math.isfinite(v) and k in row_of]
+        if len(ok) < self.start:
+            return at.feasible[self.spread(untried, tried)]
+        arm = self.choose()
+        if arm == "model":
+            pick = model()
+        elif arm == "evolve":
+            ranked = [r for _, r in sorted(ok)]
+            pick = at.feasible[self.evolve(untried, ranked, score)]
+        else:
+            pick = at.feasible[self.explore(untried, score)]
+        if pick is not None:
+            self.proposed_by[key(pick)] = arm
+        return pick
+
+
+def knows_nothing(labels: Sequence[str]) -> bool:
+    """Whether a study whose enqueued trials carry these warm-start labels starts from nothing: none
+    came from a device prior, a record, or parameters in use (the target's default alone is a guess,
+    and ``explore`` and ``grid`` are the loop's own)."""
+    return all(label in ("default", "explore", "grid") for label in labels)
