@@ -23,6 +23,7 @@ from pytest_ktune.backends.base import (
     copy_buffer_bytes,
     flush_bytes,
     multiply_add_rate,
+    pinned_index,
     poison_value,
     scalar_arg,
 )
@@ -96,6 +97,16 @@ def gpu_visible() -> bool:
         return int(cp.cuda.runtime.getDeviceCount()) > 0
     except Exception:  # no driver, no device, no CuPy: all mean "no GPU here"
         return False
+
+
+def device_count() -> int:
+    """How many CUDA devices ``--ktune-devices all`` means here (those CUDA_VISIBLE_DEVICES shows)."""
+    try:
+        return int(_cupy().cuda.runtime.getDeviceCount())
+    except BackendUnavailable:
+        raise
+    except Exception as exc:
+        raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=device_hint(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -255,6 +266,8 @@ class CudaBackend:
     def __init__(self) -> None:
         self.cp = cp = _cupy()
         try:
+            if (index := pinned_index()) is not None:
+                cp.cuda.Device(index).use()  # --ktune-devices: this process's one device
             self.ordinal = dev_id = int(cp.cuda.Device().id)
             props = cp.cuda.runtime.getDeviceProperties(dev_id)
         except Exception as exc:

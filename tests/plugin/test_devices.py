@@ -1,0 +1,90 @@
+"""The gate over several devices (``--ktune-devices``), on two PoCL CPU devices of one name: every
+performance item runs on one of them, the rows, the JUnit and the JSON name which (by index, since
+the names are the same), and a device that fails hands its remaining work to the other."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ._kit import Project, case, scale_target
+
+TWO = "pthread pthread"  # PoCL exposes two CPU devices, both with the same name
+
+# A conftest that makes device 0's measurement process crash on its first timing: a fake of a GPU lost
+# mid-run. Its class is patched in pytest's process, where the service's parent side lives.
+CRASH_DEVICE_0 = '''
+from pytest_ktune.measure import service
+
+_time = service.MeasureService.time
+
+
+def _crashing(self, case, params):
+    if self.spec.device_index == 0:
+        raise service.ItemCrash(f"target {case.target.name}: device 0 lost (a test's fake crash)")
+    return _time(self, case, params)
+
+
+service.MeasureService.time = _crashing
+'''
+
+
+def _write(project: Project) -> None:
+    cases = ", ".join(case(n, case_id=f"n{n}") for n in (1024, 2048, 4096, 8192))
+    project.write(scale_target(cases=f"{cases}"))
+
+
+@pytest.fixture
+def two_devices(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("POCL_DEVICES", TWO)
+    monkeypatch.delenv("KTUNE_OPENCL_DEVICE", raising=False)
+    _write(project)
+    return project
+
+
+def _devices_of(bench: dict[str, object]) -> set[str]:
+    return {b["extra_info"]["device"] for b in bench["benchmarks"]}  # type: ignore[attr-defined, index]
+
+
+def test_the_gate_runs_on_every_device_and_each_row_names_its_own(two_devices: Project) -> None:
+    result = two_devices.run("-v", "--ktune-devices=all", "--ktune-junit=junit.xml",
+                             "--ktune-benchmark-json=bench.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=8)
+    out = result.stdout.str()
+    assert "backend / device" in out  # rows of two devices: each names its own
+    bench = json.loads((two_devices.path / "bench.json").read_text())
+    devices = _devices_of(bench)
+    assert len(devices) == 2 and all(d.endswith((" #0", " #1")) for d in devices), devices
+    assert len({d.rsplit(" #", 1)[0] for d in devices}) == 1  # one name, told apart by index
+    junit = ET.parse(two_devices.path / "junit.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    per_case = {v for k, v in props.items() if k and k.startswith("perf[") and k.endswith(".device")}
+    assert per_case == devices
+
+
+def test_a_device_that_fails_hands_its_work_to_the_other(two_devices: Project) -> None:
+    two_devices.pytester.makeconftest(CRASH_DEVICE_0)
+    result = two_devices.run("-v", "--ktune-devices=0,1", "--ktune-benchmark-json=bench.json")
+    out = result.stdout.str()
+    # Device 0's one job in flight fails; its other jobs ran on device 1.
+    result.assert_outcomes(passed=7, failed=1)
+    assert "device 0 lost (a test's fake crash)" in out
+    assert "failed, and its remaining items moved to the other devices" in out
+    bench = json.loads((two_devices.path / "bench.json").read_text())
+    assert len(bench["benchmarks"]) == 3
+    assert {d.rsplit(" ", 1)[1] for d in _devices_of(bench)} == {"#1"}
+
+
+def test_a_bad_device_list_is_a_usage_error(two_devices: Project) -> None:
+    result = two_devices.run("--ktune-devices=0,x")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--ktune-devices '0,x' is not a list of devices" in result.stderr.str()
+
+
+def test_a_device_index_past_the_last_is_a_usage_error(two_devices: Project) -> None:
+    result = two_devices.run("--ktune-devices=0,5")
+    assert result.ret != pytest.ExitCode.OK
+    assert "names OpenCL device 5, but there are 2" in result.stdout.str() + result.stderr.str()
