@@ -77,9 +77,9 @@ def device_count(name: str) -> int:
     """How many devices the backend ``name`` can be pinned to (``--ktune-devices all``); 1 for a
     plugin's backend, which picks its own device."""
     if name == "cuda":
-        from pytest_ktune.backends.cuda import device_count as cuda_count
+        from pytest_ktune.backends.cuda_device import gpu_count
 
-        return cuda_count()
+        return gpu_count()
     if name == "opencl":
         from pytest_ktune.backends.opencl import device_count as opencl_count
 

@@ -28,7 +28,7 @@ from pytest_ktune.backends.base import (
     scalar_arg,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted
-from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size
+from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size, gpu_count
 from pytest_ktune.backends.identity import cuda_identity
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
@@ -92,21 +92,7 @@ def _cupy() -> Any:
 
 def gpu_visible() -> bool:
     """Whether CuPy imports and sees at least one CUDA device."""
-    try:
-        cp = _cupy()
-        return int(cp.cuda.runtime.getDeviceCount()) > 0
-    except Exception:  # no driver, no device, no CuPy: all mean "no GPU here"
-        return False
-
-
-def device_count() -> int:
-    """How many CUDA devices ``--ktune-devices all`` means here (those CUDA_VISIBLE_DEVICES shows)."""
-    try:
-        return int(_cupy().cuda.runtime.getDeviceCount())
-    except BackendUnavailable:
-        raise
-    except Exception as exc:
-        raise BackendUnavailable(f"CuPy sees no usable CUDA device ({exc})", hint=device_hint(exc)) from None
+    return gpu_count() > 0
 
 
 @dataclass(frozen=True)

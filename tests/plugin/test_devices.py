@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 
@@ -44,8 +45,8 @@ def two_devices(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
     return project
 
 
-def _devices_of(bench: dict[str, object]) -> set[str]:
-    return {b["extra_info"]["device"] for b in bench["benchmarks"]}  # type: ignore[attr-defined, index]
+def _devices_of(bench: dict[str, Any]) -> set[str]:
+    return {b["extra_info"]["device"] for b in bench["benchmarks"]}
 
 
 def test_the_gate_runs_on_every_device_and_each_row_names_its_own(two_devices: Project) -> None:
