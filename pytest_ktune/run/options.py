@@ -74,7 +74,7 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
 
 def parse_devices(opts: RunOptions) -> tuple[int, ...] | str | None:
     """``--ktune-devices``: None (the backend's one device), ``all``, or the distinct indices given."""
-    text = opts.devices.strip().lower()
+    text = (opts.devices or "").strip().lower()
     if not text:
         return None
     if text == "all":
