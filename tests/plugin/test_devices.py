@@ -55,6 +55,7 @@ def test_the_gate_runs_on_every_device_and_each_row_names_its_own(two_devices: P
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=8)
     out = result.stdout.str()
+    result.stdout.fnmatch_lines(["ktune: measuring on 2 devices: * #0, * #1"])
     assert "backend / device" in out  # rows of two devices: each names its own
     bench = json.loads((two_devices.path / "bench.json").read_text())
     devices = _devices_of(bench)
