@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
+from tuner._tk import MODE_OUT_OF_BOUNDS, PROBE_CL, probe_target
 
 from ._kit import Project, case, scale_target
 
@@ -90,3 +91,18 @@ def test_a_device_index_past_the_last_is_a_usage_error(two_devices: Project) -> 
     result = two_devices.run("--ktune-devices=0,5")
     assert result.ret != pytest.ExitCode.OK
     assert "names OpenCL device 5, but there are 2" in result.stdout.str() + result.stderr.str()
+
+
+def test_a_kernel_that_crashes_a_device_fails_its_items_and_the_rest_run_on_the_other(two_devices: Project) -> None:
+    # "broken" runs first (targets run in the order of their names) and kills its device's process.
+    cases = ", ".join(case(n, case_id=f"n{n}") for n in (1024, 2048, 4096))
+    two_devices.write(probe_target("broken", space="BLOCK=[64], MODE=[0, 3]",
+                                   default=f"{{'BLOCK': 64, 'MODE': {MODE_OUT_OF_BOUNDS}}}"),
+                      scale_target("later", cases=cases), sources={"probe": PROBE_CL})
+    result = two_devices.run("-v", "--ktune-devices=all", "--ktune-benchmark-json=bench.json")
+    result.assert_outcomes(passed=6, failed=2)
+    out = result.stdout.str()
+    assert "the measurement process died from signal 11" in out
+    assert "failed, and its remaining items moved to the other devices" in out
+    bench = json.loads((two_devices.path / "bench.json").read_text())
+    assert len(bench["benchmarks"]) == 3 and len(_devices_of(bench)) == 1  # the device left ran them all
