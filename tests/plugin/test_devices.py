@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tuner._tk import MODE_OUT_OF_BOUNDS, PROBE_CL, probe_target
 
-from ._kit import Project, case, scale_target
+from ._kit import Project, case, scale_target, summary_rows
 
 TWO = "pthread pthread"  # PoCL exposes two CPU devices, both with the same name
 
@@ -57,7 +57,9 @@ def test_the_gate_runs_on_every_device_and_each_row_names_its_own(two_devices: P
     result.assert_outcomes(passed=8)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["ktune: measuring on 2 devices: * #0, * #1"])
-    assert "backend / device" in out  # rows of two devices: each names its own
+    assert "backend / device" in out  # rows of two devices: each names its own, its index kept when cut
+    cells = {cell for row in summary_rows(result).values() for cell in row if cell.startswith("opencl / ")}
+    assert {c.rsplit(" ", 1)[1] for c in cells} == {"#0", "#1"}, cells
     bench = json.loads((two_devices.path / "bench.json").read_text())
     devices = _devices_of(bench)
     assert len(devices) == 2 and all(d.endswith((" #0", " #1")) for d in devices), devices
