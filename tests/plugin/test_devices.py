@@ -108,3 +108,18 @@ def test_a_kernel_that_crashes_a_device_fails_its_items_and_the_rest_run_on_the_
     assert "failed, and its remaining items moved to the other devices" in out
     bench = json.loads((two_devices.path / "bench.json").read_text())
     assert len(bench["benchmarks"]) == 3 and len(_devices_of(bench)) == 1  # the device left ran them all
+
+
+def test_devices_of_one_identity_record_and_share_one_set_of_baselines(two_devices: Project) -> None:
+    recorded = two_devices.run("--ktune-devices=all", "--ktune-update-baseline", "--ktune-benchmark-json=rec.json")
+    assert recorded.ret == pytest.ExitCode.OK, recorded.stdout.str()
+    assert len(_devices_of(json.loads((two_devices.path / "rec.json").read_text()))) == 2
+    records = two_devices.records()  # a key per case, measured on either device
+    assert len({r["device"] for r in records}) == 1  # one device name in the params file
+    assert len({m for r in records for m in r["baseline"]["machines"]}) == 1  # one identity: shared baselines
+    assert {case for r in records for t in r["baseline"]["machines"].values() for case in t} == \
+        {"n1024", "n2048", "n4096", "n8192"}
+    gated = two_devices.run("--ktune-devices=all", "--ktune-benchmark-json=bench.json")
+    bench = json.loads((two_devices.path / "bench.json").read_text())
+    verdicts = {b["extra_info"]["verdict"] for b in bench["benchmarks"]}
+    assert "no baseline" not in verdicts, gated.stdout.str()
