@@ -15,7 +15,7 @@ the same benchmark, side by side, for a before/after table.
 
 Usage:
   python3 benchmarks/gate_cost.py cost --project example_project --backend cuda [--runs N] [--label L]
-      [--site DIR] [-k EXPR] --out FILE.json
+      [--site DIR] [-k EXPR] [--devices all|0,1,...] --out FILE.json
   python3 benchmarks/gate_cost.py slowed --project example_project --backend cuda
       --landscape benchmarks/results/landscapes/X.json.gz --runs 10 --out FILE.json
 """
@@ -120,6 +120,8 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
     project = work / args.project.name
     shutil.copytree(args.project, project, ignore=shutil.ignore_patterns(".ktune", "__pycache__"))
     extra = ["-k", args.k] if args.k else []
+    if args.devices:
+        extra.append(f"--ktune-devices={args.devices}")  # the gate over several devices: 0, 0,1 or all
     runs = []
     for i in range(args.runs):
         label = "cold" if i == 0 else "warm"
@@ -178,6 +180,7 @@ def main() -> int:
         p.add_argument("--out", type=Path, required=True)
     sub.choices["cost"].add_argument("-k", default=None, help="pytest's -k: a part of the project")
     sub.choices["cost"].add_argument("--label", default="after")
+    sub.choices["cost"].add_argument("--devices", default=None, help="--ktune-devices: all, or indices like 0,1")
     sub.choices["slowed"].add_argument("--landscape", type=Path, required=True)
     sub.choices["slowed"].add_argument("--low", type=float, default=1.08)
     sub.choices["slowed"].add_argument("--high", type=float, default=1.10)

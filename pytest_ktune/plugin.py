@@ -181,6 +181,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         from pytest_ktune.report.terminal import device_header
 
         lines.extend(device_header(session.device(), verbose=config.get_verbosity() > 0))
+        if len(session.lanes) > 1:
+            lines.append(f"ktune: measuring on {len(session.lanes)} devices: {session.device_name}")
     except Skip as exc:
         lines.append(f"ktune: backend {session.backend_name} unavailable, items skipped: {exc}")
     if session.store_error is not None:

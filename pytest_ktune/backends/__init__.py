@@ -73,6 +73,20 @@ def unknown(name: str) -> BackendUnavailable:
                                    "through the pytest_ktune_backend hook")
 
 
+def device_count(name: str) -> int:
+    """How many devices the backend ``name`` can be pinned to (``--ktune-devices all``); 1 for a
+    plugin's backend, which picks its own device."""
+    if name == "cuda":
+        from pytest_ktune.backends.cuda_device import gpu_count
+
+        return gpu_count()
+    if name == "opencl":
+        from pytest_ktune.backends.opencl import device_count as opencl_count
+
+        return opencl_count()
+    return 1
+
+
 def create(name: str, factory: BackendFactory | None = None) -> Backend:
     """The process-wide backend of that name, made on first use by ``factory`` (default: the
     built-in one of that name).

@@ -16,6 +16,18 @@ if TYPE_CHECKING:
 
 Dim = int | tuple[int, ...]
 
+# The measurement process of one of ``--ktune-devices``' devices sets this to its index before it makes
+# its backend: the built-in backends open that device (in their own order) instead of their first.
+DEVICE_INDEX_VAR = "KTUNE_DEVICE_INDEX"
+
+
+def pinned_index() -> int | None:
+    """The device index this process is pinned to, or None (the backend's own choice)."""
+    import os
+
+    value = os.environ.get(DEVICE_INDEX_VAR, "")
+    return int(value) if value.isdigit() else None
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -23,11 +23,12 @@ from pytest_ktune.backends.base import (
     copy_buffer_bytes,
     flush_bytes,
     multiply_add_rate,
+    pinned_index,
     poison_value,
     scalar_arg,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted
-from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size
+from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size, gpu_count
 from pytest_ktune.backends.identity import cuda_identity
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
@@ -91,11 +92,7 @@ def _cupy() -> Any:
 
 def gpu_visible() -> bool:
     """Whether CuPy imports and sees at least one CUDA device."""
-    try:
-        cp = _cupy()
-        return int(cp.cuda.runtime.getDeviceCount()) > 0
-    except Exception:  # no driver, no device, no CuPy: all mean "no GPU here"
-        return False
+    return gpu_count() > 0
 
 
 @dataclass(frozen=True)
@@ -255,6 +252,8 @@ class CudaBackend:
     def __init__(self) -> None:
         self.cp = cp = _cupy()
         try:
+            if (index := pinned_index()) is not None:
+                cp.cuda.Device(index).use()  # --ktune-devices: this process's one device
             self.ordinal = dev_id = int(cp.cuda.Device().id)
             props = cp.cuda.runtime.getDeviceProperties(dev_id)
         except Exception as exc:

@@ -17,6 +17,16 @@ from pytest_ktune.core.errors import LaunchError
 BF16_NAN = 0x7FC0  # bfloat16's quiet NaN: the poison of a bfloat16 output
 
 
+def gpu_count() -> int:
+    """How many CUDA devices CuPy sees (those CUDA_VISIBLE_DEVICES shows): what --ktune-devices all means."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no driver, no device, no CuPy: all mean "no GPU here"
+        return 0
+
+
 @dataclass
 class GuardedView:
     """A CuPy view into the middle of one byte allocation: guard, middle, guard."""

@@ -22,6 +22,7 @@ from pytest_ktune.backends.base import (
     copy_buffer_bytes,
     flush_bytes,
     multiply_add_rate,
+    pinned_index,
     poison_value,
     touched_bytes,
 )
@@ -72,8 +73,9 @@ def _cl() -> Any:
     return cl
 
 
-def _pick_device(cl: Any) -> Any:
-    """The device named by KTUNE_OPENCL_DEVICE (a substring of its name), else a GPU, else any."""
+def _candidates(cl: Any) -> list[Any]:
+    """The devices this backend chooses among, in order: those KTUNE_OPENCL_DEVICE names (a substring
+    of the name), else the GPUs, else any. ``--ktune-devices`` indices count in this list."""
     try:
         platforms = cl.get_platforms()
     except Exception as exc:  # pyopencl raises LogicError when no ICD is installed
@@ -88,9 +90,27 @@ def _pick_device(cl: Any) -> Any:
             names = "; ".join(f"{d.platform.name}: {d.name}" for d in devices)
             raise BackendUnavailable(f"KTUNE_OPENCL_DEVICE={wanted!r} matches no device ({names})",
                                      hint="set it to part of one of those names")
-        return named[0]
+        return named
     gpus = [d for d in devices if d.type & cl.device_type.GPU]
-    return (gpus or devices)[0]
+    return gpus or devices
+
+
+def device_count() -> int:
+    """How many devices ``--ktune-devices all`` means here."""
+    return len(_candidates(_cl()))
+
+
+def _pick_device(cl: Any) -> Any:
+    """The first candidate, or the one at the index the measurement process is pinned to."""
+    devices = _candidates(cl)
+    index = pinned_index()
+    if index is None:
+        return devices[0]
+    if index >= len(devices):
+        raise BackendUnavailable(f"--ktune-devices names OpenCL device {index}, but there are {len(devices)} "
+                                 f"({'; '.join(d.name for d in devices)})",
+                                 hint=f"give indices below {len(devices)}, or all")
+    return devices[index]
 
 
 @dataclass

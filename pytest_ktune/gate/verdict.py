@@ -12,6 +12,7 @@ is ``REGRESSION`` and whose ``failure`` carries the message the item fails with.
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -150,10 +151,13 @@ class Item:
 class Gate:
     """Checks, times and judges cases against their baselines, through the measurement process."""
 
-    def __init__(self, settings: GateSettings, measurer: Measurer) -> None:
+    def __init__(self, settings: GateSettings, measurer: Measurer, *, like: Gate | None = None) -> None:
+        """``like``: another device's gate of the same run, whose unpacked commits this one shares."""
         self.settings = settings
         self.measurer = measurer
-        self._snapshots: dict[str, Snapshot] = {}  # the baselines' commits, each unpacked at most once a run
+        # The baselines' commits, each unpacked at most once a run, by whichever device's thread asks first.
+        self._snapshots: dict[str, Snapshot] = like._snapshots if like is not None else {}
+        self._unpacking: threading.Lock = like._unpacking if like is not None else threading.Lock()
 
     def repro(self, seed: int) -> str:
         return f"rerun with --ktune-seed {self.settings.seed} to draw the same inputs (case seed {seed})"
@@ -226,10 +230,11 @@ class Gate:
         if base is None:
             return None
         if base.commit:
-            snap = self._snapshots.get(base.commit)
-            if snap is None:
-                snap = self._snapshots[base.commit] = Snapshot(self.settings.root, base.commit,
-                                                               f"commit {base.commit[:12]}")
+            with self._unpacking:
+                snap = self._snapshots.get(base.commit)
+                if snap is None:
+                    snap = self._snapshots[base.commit] = Snapshot(self.settings.root, base.commit,
+                                                                   f"commit {base.commit[:12]}")
             text_changed = target.in_memory(backend) and base.source_hash != target.source_hash(backend)
             whole = self._whole(snap, item, backend, always=text_changed)
             if whole is not None:

@@ -10,6 +10,7 @@ share one draw of the inputs and one reference, and nothing is held from one cas
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo, peak_flops
+from pytest_ktune.backends.base import DEVICE_INDEX_VAR, DeviceInfo, peak_flops
 from pytest_ktune.core import errors
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 from pytest_ktune.core.options import DEFAULTS
@@ -39,6 +40,7 @@ class ServiceSpec:
     factory: str | None = None  # ``module:qualname`` of a plugin's backend factory (None: built in)
     cache_root: str | None = None  # the backend's compiler caches in <cache_root>/<backend name>
     bench: BenchConfig | None = None  # None: the backend's default
+    device_index: int | None = None  # --ktune-devices: the device this process is pinned to (None: the backend's)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,10 @@ class MeasureService:
             cls = getattr(errors, name, KtuneError)
             raise cls(message, where=where, hint=hint)
         return msg[1]
+
+    def device_count(self) -> int:
+        """How many devices this backend can be pinned to (``--ktune-devices all``)."""
+        return int(self._ask("counting the devices", ("devices",)))
 
     def copy_bandwidth(self) -> float:
         if self._bandwidth is None:
@@ -238,6 +244,8 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
     """The measurement process's loop: one request at a time; a failed launch ends the process, since
     it can leave the device's context unusable (the parent starts a fresh one for the next item)."""
     ignore_interrupts()
+    if spec.device_index is not None:  # a spawned process: its own environment, read by the backend it makes
+        os.environ[DEVICE_INDEX_VAR] = str(spec.device_index)
     compiler_output.OUTPUT.echo = None  # the session shows them (in its summary, or with a failure)
     try:
         service = _Service(spec)
@@ -260,6 +268,8 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
         try:
             if kind == "bandwidth":
                 answer: Any = service.backend.copy_bandwidth()
+            elif kind == "devices":
+                answer = backends.device_count(service.backend.name)
             elif kind == "peak":
                 answer = peak_flops(service.backend)
             elif kind == "compiler_output":

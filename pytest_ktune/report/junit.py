@@ -75,6 +75,8 @@ def _properties(o: ItemOutcome, perf: PerfResult | None, tune: TuneOutcome | Non
     props: dict[str, str] = {}
     if perf is not None:
         props["params"] = json.dumps(dict(perf.params), sort_keys=True)
+    if perf is not None and o.check == "perf" and perf.device:
+        props["device"] = perf.device  # over several devices, the one this case ran on
     if perf is not None and o.check == "perf":
         verdict = perf.verdict
         ratio = perf.time_us / perf.baseline_us if perf.time_us is not None and perf.baseline_us else None

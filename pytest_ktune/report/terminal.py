@@ -82,6 +82,15 @@ def _fit(cell: str, width: int) -> str:
     return cell if len(cell) <= width else cell[: width - 1] + "…"
 
 
+def _fit_device(cell: str, width: int) -> str:
+    """A row's backend and device cut to ``width``, keeping the ``#index`` that tells two devices of one
+    name apart (``run.devices.labels``)."""
+    head, sep, index = cell.rpartition(" #")
+    if not sep or not index.isdigit() or len(cell) <= width:
+        return _fit(cell, width)
+    return _fit(head, width - len(sep) - len(index)) + sep + index
+
+
 def _heads(field: str) -> list[tuple[str, bool]]:
     """The ``;``-separated parts of a device's arch or compiler string, each cut to its head (the text
     before build details, after the first ``:`` or ``,``), spaces squeezed; and whether it is whole."""
@@ -144,7 +153,7 @@ def summary_table(results: Sequence[PerfResult]) -> list[str]:
     header = ["target", "case", *([] if one else ["backend / device"]), "time µs", "baseline", "ratio", "GB/s",
               "% copy BW", "verdict"]
     rows = [[_fit(r.target, TARGET_WIDTH), _fit(r.case, CASE_WIDTH),
-             *([] if one else [_fit(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
+             *([] if one else [_fit_device(f"{r.backend} / {r.device}", 40)]), _us(r.time_us),
              _us(r.baseline_us), f"{r.ratio:.3f}" if r.ratio is not None else "-",
              _rate(r.gbps),
              f"{100 * r.copy_fraction:.0f}%" if r.copy_fraction is not None else "-",

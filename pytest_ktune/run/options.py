@@ -67,7 +67,22 @@ def build(opts: RunOptions, hook: HookRelay) -> Settings:
         strict=opts.strict, seed=seed,
         tune=tune, autotune=opts.autotune and not opts.tune, write_mode=opts.write, command=opts.command,
         agent=agent, extensions=extensions, item_timeout_s=opts.item_timeout,
-        skip_unavailable=opts.skip_unavailable, reports=Reports.of(opts), origins=dict(opts.origins))
+        skip_unavailable=opts.skip_unavailable, devices=parse_devices(opts), reports=Reports.of(opts),
+        origins=dict(opts.origins))
+
+
+def parse_devices(opts: RunOptions) -> tuple[int, ...] | str | None:
+    """``--ktune-devices``: None (the backend's one device), ``all``, or the distinct indices given."""
+    text = (opts.devices or "").strip().lower()
+    if not text:
+        return None
+    if text == "all":
+        return "all"
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdigit() for p in parts) or len(set(parts)) != len(parts):
+        raise OptionError(f"{opts.named('devices', '--ktune-devices')} {opts.devices!r} is not a list of devices",
+                          hint="give all, or distinct device indices separated by commas, e.g. 0,1,3")
+    return tuple(int(p) for p in parts)
 
 
 def run_params_path(opts: RunOptions) -> Path:

@@ -8,8 +8,10 @@ from ``gate.verdict``; tuning goes through the one orchestration of ``run.tuning
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from pytest_ktune import backends
@@ -33,6 +35,7 @@ from pytest_ktune.gate.verdict import (
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
+from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, labels
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning
 from pytest_ktune.tuner.outcome import TuneOutcome
@@ -44,15 +47,33 @@ class Skip(Exception):
     """The item cannot run here; the message says why and how to fix that."""
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One device of the run: its measurement process, its facts, its name in the reports, its gate."""
+
+    index: int
+    service: MeasureService
+    device: DeviceInfo
+    label: str
+    gate: Gate
+
+
 class Session:
-    """Checks and times targets on one backend, tunes them, and collects baseline updates."""
+    """Checks and times targets on one backend (on one device, or on each of --ktune-devices), tunes
+    them, and collects baseline updates."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.service = MeasureService(
-            ServiceSpec(backend=settings.backend, factory=backends.factory_ref(settings.extensions.backend),
-                        cache_root=str(settings.scratch / "cache"), bench=settings.bench),
-            item_timeout_s=settings.item_timeout_s)
+        devices = settings.devices
+        self._spec = ServiceSpec(backend=settings.backend, factory=backends.factory_ref(settings.extensions.backend),
+                                 cache_root=str(settings.scratch / "cache"), bench=settings.bench,
+                                 device_index=devices[0] if isinstance(devices, tuple) else
+                                 0 if devices == "all" else None)
+        self.service = MeasureService(self._spec, item_timeout_s=settings.item_timeout_s)
+        self.lanes: list[Lane] = []  # --ktune-devices: every device's lane, the first one's service the above
+        self.dispatch: Dispatcher[Lane] | None = None
+        self._perf_cases: list[tuple[Target, int]] = []  # the run's performance items, planned at the first
+        self._lock = threading.Lock()  # the lanes' threads queue baselines and results through it
         # --ktune-base: REF resolved once, before any item runs (a ref git does not know is a usage error)
         self.base = BaseRef.load(settings.root, settings.base, settings.params_path) if settings.base else None
         self.gate = Gate(GateSettings(root=settings.root, threshold=settings.threshold, seed=settings.seed,
@@ -101,7 +122,35 @@ class Session:
         if self._backend_error is not None:
             raise self._backend_error
         assert self._device is not None
+        if self.settings.devices is not None and not self.lanes:
+            self._start_lanes(self._device)
         return self._device
+
+    def _start_lanes(self, first: DeviceInfo) -> None:
+        """One measurement process per device of --ktune-devices, each pinned to its device; a device
+        named that cannot start is a usage error, as the backend's is."""
+        devices = self.settings.devices
+        indices = tuple(range(self.service.device_count())) if devices == "all" else devices
+        assert isinstance(indices, tuple)
+        found: list[tuple[int, MeasureService, DeviceInfo]] = [(indices[0], self.service, first)]
+        for i in indices[1:]:
+            service = MeasureService(replace(self._spec, device_index=i), item_timeout_s=self.settings.item_timeout_s)
+            try:
+                found.append((i, service, service.device()))
+            except BackendUnavailable as exc:
+                for _, started, _ in found[1:]:
+                    started.close()
+                raise BackendUnavailable(f"--ktune-devices: device {i}: {exc.message}", hint=exc.hint) from None
+        names = labels([(i, d) for i, _, d in found])
+        self.lanes = [Lane(i, service, device, label, self.gate if i == indices[0] else
+                           Gate(self.gate.settings, service, like=self.gate))
+                      for (i, service, device), label in zip(found, names, strict=True)]
+        self.dispatch = Dispatcher(self.lanes)
+
+    def expect_perf(self, cases: Sequence[tuple[Target, int]]) -> None:
+        """The run's performance items (after collection): over several devices, the first of them to run
+        plans them all, so that every device measures while pytest waits on one item."""
+        self._perf_cases = list(cases)
 
     def device(self) -> DeviceInfo:
         """The device, or Skip with how to get it (where skipping was allowed at the start)."""
@@ -122,6 +171,8 @@ class Session:
     @property
     def device_name(self) -> str:
         """The device's name once the measurement process has started; '' before, or where it could not."""
+        if len(self.lanes) > 1:
+            return ", ".join(lane.label for lane in self.lanes)
         return self._device.name if self._device is not None else ""
 
     # -- lookups ---------------------------------------------------------
@@ -137,18 +188,21 @@ class Session:
         rec = self.record(target, device, key)
         return dict(rec.params) if rec else dict(target.default)
 
-    def _prepare(self, target: Target, case_index: int) -> tuple[Item, DeviceInfo]:
+    def _prepare(self, target: Target, case_index: int, device: DeviceInfo) -> Item:
         """The item of one case, with the target as it runs on the device's backend."""
-        device = self.device()
         case = target.cases[case_index]
         if not case.runs_on(device.backend):
             raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {device.backend}")
         if device.backend not in target.sources:
             raise Skip(f"{target.name} has no {device.backend} source; add one to sources= to run it here")
         target = target.for_backend(device.backend)
-        item = Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
+        return Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
                     target_id=self.target_id(target))
-        return item, device
+
+    def _lane(self) -> Lane:
+        """The one device's lane, where the run has one device."""
+        device = self.device()
+        return self.lanes[0] if self.lanes else Lane(0, self.service, device, device.name, self.gate)
 
     # -- correctness -----------------------------------------------------
     def check(self, target: Target, case_index: int) -> list[str]:
@@ -157,14 +211,22 @@ class Session:
         Returns notes for the report; raises MismatchError, CompileError, LaunchError, SpaceError,
         or ItemCrash (the kernel crashed or hung the measurement process) on failure.
         """
-        item, device = self._prepare(target, case_index)
+        lane = self._lane()
+        if self.dispatch is None:
+            return self._check_on(lane, target, case_index)
+        notes: list[str] = self.dispatch.now(lambda free: self._check_on(free, target, case_index))
+        return notes
+
+    def _check_on(self, lane: Lane, target: Target, case_index: int) -> list[str]:
+        device = lane.device
+        item = self._prepare(target, case_index, device)
         target = item.target
         params = self.params(target, device, item.key)
         default = dict(target.default)
         configs: list[tuple[str, Mapping[str, Value]]] = [("default", default)]
         if params != default:
             configs.insert(0, ("recorded", params))
-        notes = self.gate.check(item, configs)
+        notes = lane.gate.check(item, configs)
         if self.store_error is not None:
             notes.append(f"params file unreadable, checked the default: {self.store_error.message}")
         return notes
@@ -172,7 +234,46 @@ class Session:
     # -- performance -----------------------------------------------------
     def perf(self, target: Target, case_index: int) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
-        item, device = self._prepare(target, case_index)
+        lane = self._lane()
+        if self.dispatch is None:
+            result = self._perf_on(lane, target, case_index)
+        else:
+            if not self.dispatch.planned(self._case_key(target, case_index)):
+                self._plan([*self._perf_cases, (target, case_index)])
+            result = self.dispatch.result(self._case_key(target, case_index))
+        with self._lock:
+            self.results.append(result)
+        if result.failure:
+            raise Regression(result.failure)
+        return result
+
+    def _case_key(self, target: Target, case_index: int) -> tuple[str, int]:
+        return (self.target_id(target), case_index)
+
+    def _plan(self, cases: Sequence[tuple[Target, int]]) -> None:
+        """Spread the performance items over the devices, by their expected times from this machine's
+        baselines (the median times the samples; equal where none is recorded)."""
+        assert self.dispatch is not None
+        lane = self.lanes[0]
+        known: list[float | None] = []
+        for target, index in cases:
+            try:
+                item = self._prepare(target, index, lane.device)
+            except Skip:
+                known.append(None)
+                continue
+            rec = self.record(item.target, lane.device, item.key)
+            timing = rec.baseline.timings_on(lane.device.machine).get(item.case_id) if rec and rec.baseline else None
+            known.append(timing.median_us * timing.samples if timing else None)
+        self._perf_cases = []
+        self.dispatch.plan([Planned(self._case_key(t, i), expected,
+                                    partial(self._perf_on, target=t, case_index=i))
+                            for (t, i), expected in zip(cases, expected_times(known), strict=True)])
+
+    def _perf_on(self, lane: Lane, target: Target, case_index: int) -> PerfResult:
+        """The case's performance verdict, measured on ``lane``'s device (the row named by its label)."""
+        device = lane.device
+        item = self._prepare(target, case_index, device)
         target = item.target
         if self.store_error is not None:
             raise self.store_error
@@ -180,7 +281,7 @@ class Session:
         target.check_config(params, item.key, "recorded configuration")
         rec = self.record(target, device, item.key)
         if self.settings.update_baseline:
-            row = self.gate.time(item, params)
+            row = lane.gate.time(item, params)
             assert row.measurement is not None
             self._queue_baseline(item, device, params, row.measurement, row.gbps)
             timing = rec.baseline.timings_on(device.machine).get(item.case_id) if rec and rec.baseline else None
@@ -189,11 +290,8 @@ class Session:
                                 ratio=row.time_us / timing.median_us if timing and row.time_us else None,
                                 verdict="recorded", note=note)
         else:
-            result = self._fail_closed(item, device, self.gate.judge(item, params, rec))
-        self.results.append(result)
-        if result.failure:
-            raise Regression(result.failure)
-        return result
+            result = self._fail_closed(item, device, lane.gate.judge(item, params, rec))
+        return replace(result, device=lane.label) if len(self.lanes) > 1 else result
 
     def _fail_closed(self, item: Item, device: DeviceInfo, result: PerfResult) -> PerfResult:
         """A verdict with nothing to stand on is an error where the run asks for that: under
@@ -232,6 +330,11 @@ class Session:
 
     def _queue_baseline(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
                         gbps: float | None) -> None:
+        with self._lock:  # two devices of one identity update one record
+            self._queue_locked(item, device, params, m, gbps)
+
+    def _queue_locked(self, item: Item, device: DeviceInfo, params: Mapping[str, Value], m: Measurement,
+                      gbps: float | None) -> None:
         target = item.target
         timing = Timing.of(m.median, m.iqr, m.ci, len(m.samples), gbps)
         rec = Record(target=item.target_id, device=device.id, key=dict(item.key), params=dict(params))
@@ -268,7 +371,10 @@ class Session:
     def notices(self) -> list[str]:
         """What the summary says once about the run: what changed cases were compared with, and a params
         file that does not exist."""
-        out = []
+        out: list[str] = []
+        if self.dispatch is not None:
+            out.extend(f"device {self.lanes[pos].label} (index {self.lanes[pos].index}) failed, and its remaining "
+                       f"items moved to the other devices: {why.splitlines()[0]}" for pos, why in self.dispatch.retired)
         if self.params_missing and self.results and not self.settings.update_baseline:
             out.append(f"the params file {self.settings.params_path} does not exist: no case had a baseline to be "
                        "compared with (record them with --ktune-update-baseline; --ktune-strict makes this an "
@@ -298,7 +404,11 @@ class Session:
         return "\nktune: ".join(lines) or None
 
     def close(self) -> None:
-        """Stop the measurement process."""
+        """Stop the measurement processes."""
+        if self.dispatch is not None:
+            self.dispatch.close()
+        for lane in self.lanes[1:]:
+            lane.service.close()
         self.service.close()
 
     def _finish_baselines(self) -> str | None:

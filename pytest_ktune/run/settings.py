@@ -53,6 +53,8 @@ class Settings:
     agent: AgentSettings | None  # the agent stage (its model None: the rule-based templater)
     item_timeout_s: float  # how long one item's kernels may run before they count as hung
     skip_unavailable: bool  # a backend that cannot run skips its items instead of failing the run
+    # --ktune-devices: None, the one device of the backend's choice; "all"; or the indices to measure on
+    devices: tuple[int, ...] | str | None = None
     reports: Reports = field(default_factory=Reports)
     origins: Mapping[str, str] = field(default_factory=dict)  # where each option came from (run.config)
     extensions: Extensions = field(default_factory=Extensions)
