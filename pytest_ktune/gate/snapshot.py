@@ -24,6 +24,7 @@ from pytest_ktune.core import git
 from pytest_ktune.core.case import Case
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import Target
+from pytest_ktune.core.text import first_line, one_line
 from pytest_ktune.measure.worker import NoSuchTarget, TargetRef, import_target
 
 ALIAS = "_ktune_at_"  # a commit's copy of module ``pkg.mod`` is ``pkg._ktune_at_<commit>_mod``
@@ -138,7 +139,7 @@ class Snapshot:
                               f"(--ktune-update-baseline)") from None
         except Exception as exc:
             text = exc.message if isinstance(exc, KtuneError) else f"{type(exc).__name__}: {exc}"
-            raise Unavailable(f"{where} does not import ({_first_line(text)})",
+            raise Unavailable(f"{where} does not import ({one_line(first_line(text) or 'no message', 120)})",
                               f"{where}, loaded beside the current module (its own imports resolve to the "
                               f"current tree), fails: {text}; make that version importable, or compare with "
                               f"another commit (--ktune-base)") from None
@@ -185,11 +186,6 @@ def alias(module: str, commit: str) -> str:
     package, _, leaf = module.rpartition(".")
     name = f"{ALIAS}{commit[:12]}_{leaf}"
     return f"{package}.{name}" if package else name
-
-
-def _first_line(text: str, limit: int = 120) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else "no message"
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _prune(folder: Path, *, keep: Path) -> None:
