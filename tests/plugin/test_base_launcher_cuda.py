@@ -55,7 +55,8 @@ def test_a_slower_launcher_alone_fails_on_the_gpu_against_head_s_whole_target(pr
     kernels = project.path / "kernels.py"
     kernels.write_text(KERNELS.format(reps="REPS = 64"))
     (project.path / "spin.cu").write_text(SPIN_CU)
-    (project.path / ".gitignore").write_text(".ktune/\n__pycache__/\nrunpytest-*\nstdout\nstderr\n")
+    # pytester's HOME is the project folder, so CuPy's (~/.cupy) and the driver's (~/.nv) caches land there
+    (project.path / ".gitignore").write_text(".ktune/\n__pycache__/\nrunpytest-*\nstdout\nstderr\n.cupy/\n.nv/\n")
     project.commit_all("kernels")
     before = (project.git("status", "--porcelain"), project.git("rev-parse", "HEAD"), project.git("ls-files", "-s"))
 
