@@ -20,19 +20,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable
 from pytest_ktune.measure.service import ItemCrash
 
 L = TypeVar("L")  # what a lane hands its jobs: the device's gate and facts (``run.session``), or a fake
 
 LOST: tuple[type[BaseException], ...] = (ItemCrash, BackendUnavailable)  # a device's failure, not a kernel's answer
-
-
-def labels(devices: Sequence[tuple[int, DeviceInfo]]) -> list[str]:
-    """How the reports name each device: its name, with ``#index`` where two devices share a name."""
-    names = [d.name for _, d in devices]
-    return [f"{d.name} #{i}" if names.count(d.name) > 1 else d.name for i, d in devices]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, device_labels
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
@@ -35,7 +35,7 @@ from pytest_ktune.gate.verdict import (
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
-from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, labels
+from pytest_ktune.run.devices import Dispatcher, Planned, expected_times
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning
 from pytest_ktune.tuner.outcome import TuneOutcome
@@ -141,7 +141,7 @@ class Session:
                 for _, started, _ in found[1:]:
                     started.close()
                 raise BackendUnavailable(f"--ktune-devices: device {i}: {exc.message}", hint=exc.hint) from None
-        names = labels([(i, d) for i, _, d in found])
+        names = device_labels([(i, d) for i, _, d in found])
         self.lanes = [Lane(i, service, device, label, self.gate if i == indices[0] else
                            Gate(self.gate.settings, service, like=self.gate))
                       for (i, service, device), label in zip(found, names, strict=True)]
@@ -351,7 +351,8 @@ class Session:
         """Tune one key of a target, where the run's tuning chooses it (``run.tuning.Tuning.choose``)."""
         device = self.device()
         if self.tuning is None:
-            self.tuning = Tuning(self.settings, backend=device.backend, device=device)
+            self.tuning = Tuning(self.settings, backend=device.backend, device=device,
+                                 devices=tuple(lane.index for lane in self.lanes) if self.lanes else None)
         case_ids = {target.case_id(target.cases[i]) for i in indices}
         regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
                         for r in self.results)

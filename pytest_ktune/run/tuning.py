@@ -63,17 +63,20 @@ def autotune_choice(record: Record | None, target: Target, backend: str, *, regr
 class Tuning:
     """Tunes keys of targets on one device, and delivers what it found at the end."""
 
-    def __init__(self, settings: Settings, *, backend: str, device: DeviceInfo | None) -> None:
+    def __init__(self, settings: Settings, *, backend: str, device: DeviceInfo | None,
+                 devices: tuple[int, ...] | None = None) -> None:
         """``backend``: the language of the sources the device's backend compiles (a plugin's backend
         too: ``DeviceInfo.backend``); ``device`` None where the backend could not start (each key then
-        fails with why; the autotune rule, which reads the device's records, cannot run)."""
+        fails with why; the autotune rule, which reads the device's records, cannot run); ``devices``:
+        the indices of --ktune-devices, whose workers tune each key's study together (None: one worker on
+        the backend's device)."""
         assert settings.tune is not None, "a run that tunes has TuneSettings"
         ext = settings.extensions
         self.settings = settings
         self.device = device
         self.ctx = TuneContext(root=settings.root, params_path=settings.params_path, backend=backend,
                                settings=settings.tune, progress=settings.progress, sampler_factory=ext.sampler,
-                               backend_factory=ext.backend, keep=True)
+                               backend_factory=ext.backend, keep=True, devices=devices)
         write_back = ext.write_back or builtin_write_back(settings.write_mode)
         if write_back is None:
             raise unknown_mode(settings.write_mode)
@@ -97,7 +100,10 @@ class Tuning:
                     or name not in BACKENDS:
                 raise
             device = None
-        return cls(settings, backend=device.backend if device else name, device=device)
+        devices = settings.devices
+        indices = tuple(range(backends.device_count(name))) if devices == "all" else devices
+        assert not isinstance(indices, str)
+        return cls(settings, backend=device.backend if device else name, device=device, devices=indices)
 
     @property
     def backend(self) -> str:

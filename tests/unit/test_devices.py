@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, device_labels
 from pytest_ktune.core.options import OptionError
 from pytest_ktune.measure.service import ItemCrash
 from pytest_ktune.run.config import ConfigFiles, resolve
-from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, labels, spread
+from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, spread
 from pytest_ktune.run.options import parse_devices
 
 
@@ -47,7 +47,7 @@ def test_cases_without_a_baseline_count_as_the_mean_of_those_with_one() -> None:
 
 
 def test_devices_of_one_name_are_told_apart_by_index() -> None:
-    assert labels([(0, _device("pthread")), (1, _device("pthread")), (3, _device("other"))]) == \
+    assert device_labels([(0, _device("pthread")), (1, _device("pthread")), (3, _device("other"))]) == \
         ["pthread #0", "pthread #1", "other"]
 
 
