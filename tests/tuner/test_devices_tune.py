@@ -6,6 +6,7 @@ trials to the other while the tune goes on, said on the console."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 from plugin._kit import Project
@@ -44,8 +45,8 @@ def two_devices(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
     return project
 
 
-def _devices(trials: list[object]) -> Counter[str]:
-    return Counter(str(t.user_attrs.get("device")) for t in timed(trials))  # type: ignore[arg-type]
+def _devices(trials: list[Any]) -> Counter[str]:
+    return Counter(str(t.user_attrs.get("device")) for t in timed(trials))
 
 
 def test_ktune_tune_runs_a_worker_per_device_on_one_study(two_devices: Project, cli: Cli) -> None:
