@@ -59,6 +59,16 @@ def _window(root: Path) -> tuple[int, float, dict[str, int]]:
     return len(trials), (max(ends) - min(starts)).total_seconds(), per_device
 
 
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def run_once(args: argparse.Namespace, devices: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ktune-tune-devices-") as tmp:
         root = Path(tmp) / "project"
@@ -77,7 +87,9 @@ def run_once(args: argparse.Namespace, devices: str) -> dict[str, Any]:
         timed, window, per_device = _window(root)
         return {"devices": devices, "timed": timed, "window_s": round(window, 3), "wall_s": round(wall, 3),
                 "trials_per_min": round(60.0 * timed / window, 2) if window > 0 else None,
-                "per_device": per_device, "summary": [ln for ln in done.stdout.splitlines() if " best " in ln]}
+                "per_device": per_device,
+                # the throwaway copy's folder named as the project's root: no path of this host in a result
+                "summary": [ln.replace(str(root), "$PROJECT") for ln in done.stdout.splitlines() if " best " in ln]}
 
 
 def main() -> None:
@@ -91,6 +103,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     runs = []
     for r in range(args.rounds):
         for devices in args.devices:
@@ -111,10 +124,12 @@ def main() -> None:
         s["vs_first"] = round(s["trials_per_min"] / first, 3)
         print(f"--devices {devices}: {s['trials_per_min']} trials per minute (x{s['vs_first']} of "
               f"--devices {args.devices[0]}), mean wall {s['mean_wall_s']} s over {s['runs']} runs")
-    load = os.getloadavg()
     out = {"command": common.command_line(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-           "host": {"machine": platform.machine(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                    "load_before_and_after": [round(x, 2) for x in load], "python": platform.python_version()},
+           "host": {"machine": platform.machine(), "node": platform.node(), "cpus": os.cpu_count(),
+                    "cpu": _cpu_name(), "python": platform.python_version(),
+                    # the 1-, 5- and 15-minute load averages: the host's cores are shared with other work
+                    "load_before": [round(x, 2) for x in load_before],
+                    "load_after": [round(x, 2) for x in os.getloadavg()]},
            "env": {"POCL_DEVICES": os.environ.get("POCL_DEVICES", "")}, "runs": runs, "summary": summary}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
