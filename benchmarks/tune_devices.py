@@ -59,16 +59,6 @@ def _window(root: Path) -> tuple[int, float, dict[str, int]]:
     return len(trials), (max(ends) - min(starts)).total_seconds(), per_device
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def run_once(args: argparse.Namespace, devices: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ktune-tune-devices-") as tmp:
         root = Path(tmp) / "project"
@@ -126,7 +116,7 @@ def main() -> None:
               f"--devices {args.devices[0]}), mean wall {s['mean_wall_s']} s over {s['runs']} runs")
     out = {"command": common.command_line(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "host": {"machine": platform.machine(), "node": platform.node(), "cpus": os.cpu_count(),
-                    "cpu": _cpu_name(), "python": platform.python_version(),
+                    "cpu": common.cpu_model(), "python": platform.python_version(),
                     # the 1-, 5- and 15-minute load averages: the host's cores are shared with other work
                     "load_before": [round(x, 2) for x in load_before],
                     "load_after": [round(x, 2) for x in os.getloadavg()]},
