@@ -60,6 +60,22 @@ def autotune_choice(record: Record | None, target: Target, backend: str, *, regr
     return Choice(False, "current", f"tuned on {record.tuned.date}")
 
 
+def _device_indices(devices: tuple[int, ...] | str | None, backend: str) -> tuple[int, ...] | None:
+    """--devices as indices (``all``: every device the backend can be pinned to); one past the last is
+    refused before anything starts, as the gate refuses it."""
+    if devices is None:
+        return None
+    count = backends.device_count(backend)
+    if devices == "all":
+        return tuple(range(count))
+    assert not isinstance(devices, str)
+    past = [i for i in devices if i >= count]
+    if past:
+        raise KtuneError(f"--ktune-devices names {backend} device {past[0]}, but there are {count}",
+                         hint=f"give indices below {count}, or all")
+    return devices
+
+
 class Tuning:
     """Tunes keys of targets on one device, and delivers what it found at the end."""
 
@@ -100,10 +116,8 @@ class Tuning:
                     or name not in BACKENDS:
                 raise
             device = None
-        devices = settings.devices
-        indices = tuple(range(backends.device_count(name))) if devices == "all" else devices
-        assert not isinstance(indices, str)
-        return cls(settings, backend=device.backend if device else name, device=device, devices=indices)
+        return cls(settings, backend=device.backend if device else name, device=device,
+                   devices=_device_indices(settings.devices, name))
 
     @property
     def backend(self) -> str:

@@ -180,8 +180,10 @@ class StudyLoop:
         for number, (trial, cfg) in sorted(self._untold.items()):
             with contextlib.suppress(Exception):  # a trial the storage holds as finished already
                 trial.set_user_attr("lost", why)
-                self.study.tell(trial, state=TrialState.FAIL)
+                # Queued before the trial ends, so that no other loop finds the budget free in between
+                # and asks its sampler instead.
                 self.study.enqueue_trial(self.enc.encode(cfg), user_attrs={"source": "retry", "retry_of": number})
+                self.study.tell(trial, state=TrialState.FAIL)
                 numbers.append(number)
         self._untold = {}
         return numbers

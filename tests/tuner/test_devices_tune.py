@@ -79,3 +79,10 @@ def test_a_device_lost_mid_tune_hands_its_trials_to_the_other(two_devices: Proje
     assert lost and {t.user_attrs["retry_of"] for t in retried} == {t.number for t in lost}
     assert all(str(t.user_attrs["device"]).endswith(" #1") for t in retried)
     assert sum(n for d, n in on.items() if d.endswith(" #0")) == 2  # device 0 timed two, then was lost
+
+
+def test_a_device_index_past_the_last_is_refused_before_anything_starts(two_devices: Project, cli: Cli) -> None:
+    done = cli.run("tune", "--devices", "0,5", "--trials", "2")
+    assert done.returncode != 0
+    assert "error: --devices names opencl device 5, but there are 2" in done.stderr, done.stderr
+    assert not (two_devices.path / ".ktune" / "studies.journal").exists()
