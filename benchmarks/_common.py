@@ -60,6 +60,17 @@ def command_line() -> str:
     return shlex.join(["python3", shown, *sys.argv[1:]])
 
 
+def cpu_model() -> str:
+    """The host processor's model name as the operating system gives it."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def now_utc() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

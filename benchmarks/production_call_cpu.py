@@ -27,7 +27,6 @@ import argparse
 import cProfile
 import json
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -37,20 +36,20 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
+from _common import (
+    RESULTS,
+    add_repo_to_path,
+    command_line,
+    cpu_model,
+    interleaved,
+    md_table,
+    now_utc,
+    versions,
+    write_results,
+)
 
 SIZES = (1000, 10_000, 100_000)
 GOAL = 1.1
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _profile(call: Callable[[], Any], calls: int) -> dict[str, Any]:
@@ -149,7 +148,7 @@ def main() -> int:
 
     date = now_utc()
     out = args.out or RESULTS / f"cpu-{date[:10]}"
-    facts = {"date": date, "command": command_line(), "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(),
+    facts = {"date": date, "command": command_line(), "machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
              "device": backend.device.id, "opencl": backend.device.arch}, "versions": versions(),
              "calls": args.calls, "repeats": args.repeats, "goal": f"ktune call / x * 2 <= {GOAL}", "rows": rows}
     table = md_table(["case (float32)", "pyopencl x * 2 (µs)", "ktune call (µs)", "raw launch (µs)",

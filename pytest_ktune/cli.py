@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the named targets (default: all) for every key of their cases")
     tune.add_argument("targets", nargs="*", metavar="PATH or TARGET", help=_PATHS_HELP)
-    _add(tune, "autotune", "write")
+    _add(tune, "autotune", "write", "devices")
     tune.add_argument("--no-write", action="store_true", help="the same as --write none")
     _add(tune, "agent", "model", "agent_iterations", "agent_wall", "agent_memory", "agent_tools", "junit")
     tune.add_argument("--key", action="append", default=[], metavar="NAME=VALUE",
@@ -237,7 +237,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 change = f"to be delivered (--write {settings.write_mode})"
             print(f"{target.name} {key_string(key)}: best {out.best_us:.2f} µs {dict(out.best_params)} "
                   f"after {out.timed} timed trials ({out.infeasible} infeasible, {out.failed} failed)"
-                  f"{out.resumed_text()}; {out.decision}; {change}; report: {out.report}")
+                  f"{out.resumed_text()}{out.devices_text()}; {out.decision}; {change}; report: {out.report}")
     except KeyboardInterrupt:
         if tuning.outcomes:
             print(f"ktune: the {len(tuning.outcomes)} key(s) decided before the interruption are kept under "

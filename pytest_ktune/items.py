@@ -210,8 +210,8 @@ class OutcomeRecorder:
             self.items[item.nodeid] = ItemOutcome(nodeid=item.nodeid, check=check,
                                                   target=self.session.target_id(target), name=target.name,
                                                   label=label, outcome="passed", key=key)
-        self.session.expect_perf([(item.target, item.case_index) for item in items
-                                  if isinstance(item, PerformanceItem)])
+        self.session.expect([(item.target, item.case_index) for item in items if isinstance(item, PerformanceItem)],
+                            [(item.target, item.case_index) for item in items if isinstance(item, CorrectnessItem)])
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         base = self.items.get(report.nodeid)

@@ -21,6 +21,15 @@ Dim = int | tuple[int, ...]
 DEVICE_INDEX_VAR = "KTUNE_DEVICE_INDEX"
 
 
+def pin(index: int | None) -> None:
+    """Pin this process (a spawned measurement or tuning worker, before it makes its backend) to the
+    device ``index``; None leaves the backend's own choice."""
+    import os
+
+    if index is not None:
+        os.environ[DEVICE_INDEX_VAR] = str(index)
+
+
 def pinned_index() -> int | None:
     """The device index this process is pinned to, or None (the backend's own choice)."""
     import os
@@ -429,3 +438,10 @@ def scalar_arg(v: Any) -> Any:
     if isinstance(v, float):
         return np.float32(v)
     return v
+
+
+def device_labels(devices: Sequence[tuple[int, DeviceInfo]]) -> list[str]:
+    """How the reports name each of several devices: its name, with ``#index`` where two share a name
+    (two PoCL CPU devices, two H200s)."""
+    names = [d.name for _, d in devices]
+    return [f"{d.name} #{i}" if names.count(d.name) > 1 else d.name for i, d in devices]

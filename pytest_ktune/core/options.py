@@ -95,9 +95,10 @@ class Options:
     item_timeout: float = _option(600.0, "seconds one correctness or performance item's kernels may run before "
                                   "they count as hung: the item fails and a fresh measurement process runs the "
                                   "rest", env=True, metavar="SECONDS", cli=False)
-    devices: str | None = _option(None, "the devices the gate measures on, one measurement process each: all, "
-                                  "or indices like 0,1,3 (the backend's own order; default: the one device it "
-                                  "picks)", env=True, metavar="all|0,1,...", cli=False)
+    devices: str | None = _option(None, "the devices to measure and tune on: all, or indices like 0,1,3 (the "
+                                  "backend's own order; default: the one device it picks); the gate runs one "
+                                  "measurement process per device, a tune one worker per device on one study",
+                                  env=True, metavar="all|0,1,...")
     skip_unavailable: bool = _option(False, "where the backend cannot run (no GPU, no OpenCL), skip the ktune "
                                      "items instead of failing the run (for a laptop without a device; never for a "
                                      "merge gate)", cli=False)

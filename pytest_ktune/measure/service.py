@@ -10,7 +10,6 @@ share one draw of the inputs and one reference, and nothing is held from one cas
 
 from __future__ import annotations
 
-import os
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DEVICE_INDEX_VAR, DeviceInfo, peak_flops
+from pytest_ktune.backends.base import DeviceInfo, peak_flops, pin
 from pytest_ktune.core import errors
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneError, LaunchError, LimitError
 from pytest_ktune.core.options import DEFAULTS
@@ -244,8 +243,7 @@ def _service_main(conn: Any, spec: ServiceSpec) -> None:
     """The measurement process's loop: one request at a time; a failed launch ends the process, since
     it can leave the device's context unusable (the parent starts a fresh one for the next item)."""
     ignore_interrupts()
-    if spec.device_index is not None:  # a spawned process: its own environment, read by the backend it makes
-        os.environ[DEVICE_INDEX_VAR] = str(spec.device_index)
+    pin(spec.device_index)  # a spawned process: its own environment, read by the backend it makes
     compiler_output.OUTPUT.echo = None  # the session shows them (in its summary, or with a failure)
     try:
         service = _Service(spec)

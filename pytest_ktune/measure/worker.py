@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, pin
 from pytest_ktune.core.errors import (
     CompileError,
     KtuneError,
@@ -75,6 +75,7 @@ class WorkerSpec:
     # Check each configuration on every case whose key its constraints allow, without timing it (times
     # stay empty); a configuration no case allows fails.
     verify_only: bool = False
+    device_index: int | None = None  # --ktune-devices: the device this worker is pinned to (None: the backend's)
 
 
 @dataclass(frozen=True)
@@ -324,6 +325,7 @@ INPUT_SETS = 2
 def _worker_main(conn: Any, spec: WorkerSpec) -> None:
     """The worker's loop: one request at a time; a launch failure ends the process."""
     ignore_interrupts()
+    pin(spec.device_index)
     try:
         ev = _Evaluator(spec)
     except BaseException as exc:  # report why the worker could not start, then exit

@@ -59,7 +59,8 @@ def tune_table(tunes: Sequence[TuneOutcome]) -> list[str]:
     lines = _table(header, rows, {3, 4, 5})
     lines.append("")
     for t in tunes:
-        lines.extend(_wrap(f"{t.target}[{key_label(t.key)}]: {t.decision}; report {t.report}"))
+        lines.extend(_wrap(f"{t.target}[{key_label(t.key)}]: {t.decision}{t.devices_text()}; report {t.report}"))
+        lines.extend(line for note in t.notes for line in _wrap(f"{t.target}[{key_label(t.key)}]: {note}"))
     return lines
 
 

@@ -4,11 +4,15 @@ after another.
 
 A performance item's whole work (its timing and any A/B) is one ``Job`` and runs on one lane. The
 performance jobs are spread over the lanes before they run (``spread``: longest expected first, onto
-the lane with the least expected work), and a lane takes the jobs queued for it in order; an urgent job
-(a correctness item, which pytest waits on) goes to the first lane that is free. Each item waits for
-its own job's answer. A lane whose device fails (its process crashed, hung or could not start again:
-``LOST``) fails the job it was running and hands its queue to the lanes still running; the last lane
-is never retired, and its service starts a fresh process as the one-device gate does.
+the lane with the least expected work), and a lane takes the jobs queued for it in order. The
+correctness items fill the gaps: planned with them, they wait in one queue of their own that a lane
+takes from once its own queue is empty, so each goes to whichever device frees first and the devices
+finish together. An urgent job (an item that was not planned) goes to the first lane that is free,
+before the queued ones. Each item waits for its own job's answer.
+
+A lane whose device fails (its process crashed, hung or could not start again: ``LOST``) fails the job
+it was running and hands its queue to the lanes still running (the shared queue needs no handing); the
+last lane is never retired, and its service starts a fresh process as the one-device gate does.
 """
 
 from __future__ import annotations
@@ -20,19 +24,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable
 from pytest_ktune.measure.service import ItemCrash
 
 L = TypeVar("L")  # what a lane hands its jobs: the device's gate and facts (``run.session``), or a fake
 
 LOST: tuple[type[BaseException], ...] = (ItemCrash, BackendUnavailable)  # a device's failure, not a kernel's answer
-
-
-def labels(devices: Sequence[tuple[int, DeviceInfo]]) -> list[str]:
-    """How the reports name each device: its name, with ``#index`` where two devices share a name."""
-    names = [d.name for _, d in devices]
-    return [f"{d.name} #{i}" if names.count(d.name) > 1 else d.name for i, d in devices]
 
 
 @dataclass(frozen=True)
@@ -79,6 +76,7 @@ class Dispatcher(Generic[L]):
     def __init__(self, contexts: Sequence[L]) -> None:
         self._lanes = [_Lane(i, c) for i, c in enumerate(contexts)]
         self._urgent: deque[tuple[Planned, Future[Any]]] = deque()
+        self._fill: deque[tuple[Planned, Future[Any]]] = deque()  # for any lane whose own queue is empty
         self._futures: dict[Hashable, Future[Any]] = {}
         self._cond = threading.Condition()
         self._stopped = False
@@ -88,18 +86,27 @@ class Dispatcher(Generic[L]):
         for t in self._threads:
             t.start()
 
-    def plan(self, jobs: Sequence[Planned]) -> None:
-        """Queue the jobs over the running lanes, balanced by their expected times."""
+    def plan(self, jobs: Sequence[Planned], fill: Sequence[Planned] = ()) -> None:
+        """Queue the jobs over the running lanes, balanced by their expected times, and the ``fill`` jobs,
+        in order, for whichever lane runs out of its own first."""
         with self._cond:
             live = [lane for lane in self._lanes if lane.alive]
-            fresh = list({j.key: j for j in jobs if j.key not in self._futures}.values())  # each case once
-            for lane, queue in zip(live, spread(fresh, len(live), [lane.load for lane in live]), strict=True):
+            for lane, queue in zip(live, spread(self._fresh(jobs), len(live), [lane.load for lane in live]),
+                                   strict=True):
                 for job in queue:
-                    fut: Future[Any] = Future()
-                    self._futures[job.key] = fut
-                    lane.queue.append((job, fut))
+                    lane.queue.append((job, self._future(job)))
                     lane.load += job.expected
+            self._fill.extend((job, self._future(job)) for job in self._fresh(fill))
             self._cond.notify_all()
+
+    def _fresh(self, jobs: Sequence[Planned]) -> list[Planned]:
+        """The jobs not planned yet, each key once."""
+        return list({j.key: j for j in jobs if j.key not in self._futures}.values())
+
+    def _future(self, job: Planned) -> Future[Any]:
+        fut: Future[Any] = Future()
+        self._futures[job.key] = fut
+        return fut
 
     def planned(self, key: Hashable) -> bool:
         return key in self._futures
@@ -128,12 +135,14 @@ class Dispatcher(Generic[L]):
 
     def _next(self, lane: _Lane[L]) -> tuple[Planned, Future[Any]] | None:
         with self._cond:
-            while not self._stopped and lane.alive and not self._urgent and not lane.queue:
+            while not self._stopped and lane.alive and not self._urgent and not lane.queue and not self._fill:
                 self._cond.wait()
             if self._stopped or not lane.alive:
                 return None
             if self._urgent:
                 return self._urgent.popleft()
+            if not lane.queue:
+                return self._fill.popleft()
             job = lane.queue.popleft()
             lane.load -= job[0].expected
             return job

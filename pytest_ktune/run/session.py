@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, device_labels
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
@@ -35,7 +35,7 @@ from pytest_ktune.gate.verdict import (
 from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
-from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, labels
+from pytest_ktune.run.devices import Dispatcher, Planned, expected_times
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning
 from pytest_ktune.tuner.outcome import TuneOutcome
@@ -72,7 +72,9 @@ class Session:
         self.service = MeasureService(self._spec, item_timeout_s=settings.item_timeout_s)
         self.lanes: list[Lane] = []  # --ktune-devices: every device's lane, the first one's service the above
         self.dispatch: Dispatcher[Lane] | None = None
-        self._perf_cases: list[tuple[Target, int]] = []  # the run's performance items, planned at the first
+        # The run's performance and correctness items, planned at the first of them (--ktune-devices).
+        self._perf_cases: list[tuple[Target, int]] = []
+        self._check_cases: list[tuple[Target, int]] = []
         self._lock = threading.Lock()  # the lanes' threads queue baselines and results through it
         # --ktune-base: REF resolved once, before any item runs (a ref git does not know is a usage error)
         self.base = BaseRef.load(settings.root, settings.base, settings.params_path) if settings.base else None
@@ -141,16 +143,17 @@ class Session:
                 for _, started, _ in found[1:]:
                     started.close()
                 raise BackendUnavailable(f"--ktune-devices: device {i}: {exc.message}", hint=exc.hint) from None
-        names = labels([(i, d) for i, _, d in found])
+        names = device_labels([(i, d) for i, _, d in found])
         self.lanes = [Lane(i, service, device, label, self.gate if i == indices[0] else
                            Gate(self.gate.settings, service, like=self.gate))
                       for (i, service, device), label in zip(found, names, strict=True)]
         self.dispatch = Dispatcher(self.lanes)
 
-    def expect_perf(self, cases: Sequence[tuple[Target, int]]) -> None:
-        """The run's performance items (after collection): over several devices, the first of them to run
-        plans them all, so that every device measures while pytest waits on one item."""
-        self._perf_cases = list(cases)
+    def expect(self, perf: Sequence[tuple[Target, int]], checks: Sequence[tuple[Target, int]] = ()) -> None:
+        """The run's performance and correctness items (after collection): over several devices, the first
+        of them to run plans them all (``_plan``), so that every device works while pytest waits on one."""
+        self._perf_cases = list(perf)
+        self._check_cases = list(checks)
 
     def device(self) -> DeviceInfo:
         """The device, or Skip with how to get it (where skipping was allowed at the start)."""
@@ -214,7 +217,10 @@ class Session:
         lane = self._lane()
         if self.dispatch is None:
             return self._check_on(lane, target, case_index)
-        notes: list[str] = self.dispatch.now(lambda free: self._check_on(free, target, case_index))
+        self._plan_expected()
+        key = self._case_key(target, case_index, "check")
+        notes: list[str] = self.dispatch.result(key) if self.dispatch.planned(key) else \
+            self.dispatch.now(lambda free: self._check_on(free, target, case_index))
         return notes
 
     def _check_on(self, lane: Lane, target: Target, case_index: int) -> list[str]:
@@ -238,8 +244,9 @@ class Session:
         if self.dispatch is None:
             result = self._perf_on(lane, target, case_index)
         else:
+            self._plan_expected()
             if not self.dispatch.planned(self._case_key(target, case_index)):
-                self._plan([*self._perf_cases, (target, case_index)])
+                self._plan([(target, case_index)], [])
             result = self.dispatch.result(self._case_key(target, case_index))
         with self._lock:
             self.results.append(result)
@@ -247,12 +254,18 @@ class Session:
             raise Regression(result.failure)
         return result
 
-    def _case_key(self, target: Target, case_index: int) -> tuple[str, int]:
-        return (self.target_id(target), case_index)
+    def _case_key(self, target: Target, case_index: int, kind: str = "perf") -> tuple[str, int, str]:
+        return (self.target_id(target), case_index, kind)
 
-    def _plan(self, cases: Sequence[tuple[Target, int]]) -> None:
+    def _plan_expected(self) -> None:
+        """At the first item to run, plan every item the collection expects."""
+        if self._perf_cases or self._check_cases:
+            self._plan(self._perf_cases, self._check_cases)
+
+    def _plan(self, cases: Sequence[tuple[Target, int]], checks: Sequence[tuple[Target, int]]) -> None:
         """Spread the performance items over the devices, by their expected times from this machine's
-        baselines (the median times the samples; equal where none is recorded)."""
+        baselines (the median times the samples; equal where none is recorded); the correctness items
+        fill the gaps, each on whichever device frees first (``run.devices``)."""
         assert self.dispatch is not None
         lane = self.lanes[0]
         known: list[float | None] = []
@@ -265,10 +278,11 @@ class Session:
             rec = self.record(item.target, lane.device, item.key)
             timing = rec.baseline.timings_on(lane.device.machine).get(item.case_id) if rec and rec.baseline else None
             known.append(timing.median_us * timing.samples if timing else None)
-        self._perf_cases = []
-        self.dispatch.plan([Planned(self._case_key(t, i), expected,
-                                    partial(self._perf_on, target=t, case_index=i))
-                            for (t, i), expected in zip(cases, expected_times(known), strict=True)])
+        self._perf_cases, self._check_cases = [], []
+        self.dispatch.plan([Planned(self._case_key(t, i), expected, partial(self._perf_on, target=t, case_index=i))
+                            for (t, i), expected in zip(cases, expected_times(known), strict=True)],
+                           fill=[Planned(self._case_key(t, i, "check"), 0.0,
+                                         partial(self._check_on, target=t, case_index=i)) for t, i in checks])
 
     def _perf_on(self, lane: Lane, target: Target, case_index: int) -> PerfResult:
         """The case's performance verdict, measured on ``lane``'s device (the row named by its label)."""
@@ -351,7 +365,8 @@ class Session:
         """Tune one key of a target, where the run's tuning chooses it (``run.tuning.Tuning.choose``)."""
         device = self.device()
         if self.tuning is None:
-            self.tuning = Tuning(self.settings, backend=device.backend, device=device)
+            self.tuning = Tuning(self.settings, backend=device.backend, device=device,
+                                 devices=tuple(lane.index for lane in self.lanes) if self.lanes else None)
         case_ids = {target.case_id(target.cases[i]) for i in indices}
         regressed = any(r.target == target.name and r.case in case_ids and r.verdict == REGRESSION
                         for r in self.results)

@@ -60,20 +60,39 @@ def autotune_choice(record: Record | None, target: Target, backend: str, *, regr
     return Choice(False, "current", f"tuned on {record.tuned.date}")
 
 
+def _device_indices(devices: tuple[int, ...] | str | None, backend: str) -> tuple[int, ...] | None:
+    """--devices as indices (``all``: every device the backend can be pinned to); one past the last is
+    refused before anything starts, as the gate refuses it."""
+    if devices is None:
+        return None
+    count = backends.device_count(backend)
+    if devices == "all":
+        return tuple(range(count))
+    assert not isinstance(devices, str)
+    past = [i for i in devices if i >= count]
+    if past:
+        raise KtuneError(f"--ktune-devices names {backend} device {past[0]}, but there are {count}",
+                         hint=f"give indices below {count}, or all")
+    return devices
+
+
 class Tuning:
     """Tunes keys of targets on one device, and delivers what it found at the end."""
 
-    def __init__(self, settings: Settings, *, backend: str, device: DeviceInfo | None) -> None:
+    def __init__(self, settings: Settings, *, backend: str, device: DeviceInfo | None,
+                 devices: tuple[int, ...] | None = None) -> None:
         """``backend``: the language of the sources the device's backend compiles (a plugin's backend
         too: ``DeviceInfo.backend``); ``device`` None where the backend could not start (each key then
-        fails with why; the autotune rule, which reads the device's records, cannot run)."""
+        fails with why; the autotune rule, which reads the device's records, cannot run); ``devices``:
+        the indices of --ktune-devices, whose workers tune each key's study together (None: one worker on
+        the backend's device)."""
         assert settings.tune is not None, "a run that tunes has TuneSettings"
         ext = settings.extensions
         self.settings = settings
         self.device = device
         self.ctx = TuneContext(root=settings.root, params_path=settings.params_path, backend=backend,
                                settings=settings.tune, progress=settings.progress, sampler_factory=ext.sampler,
-                               backend_factory=ext.backend, keep=True)
+                               backend_factory=ext.backend, keep=True, devices=devices)
         write_back = ext.write_back or builtin_write_back(settings.write_mode)
         if write_back is None:
             raise unknown_mode(settings.write_mode)
@@ -97,7 +116,8 @@ class Tuning:
                     or name not in BACKENDS:
                 raise
             device = None
-        return cls(settings, backend=device.backend if device else name, device=device)
+        return cls(settings, backend=device.backend if device else name, device=device,
+                   devices=_device_indices(settings.devices, name))
 
     @property
     def backend(self) -> str:

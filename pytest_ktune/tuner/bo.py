@@ -341,7 +341,9 @@ class BoSampler(optuna.samplers.BaseSampler):
         for t in study.get_trials(deepcopy=False):
             if "warm_start" in t.user_attrs:
                 labels.append(str(t.user_attrs["warm_start"]))
-            if t.number == trial.number or not t.params:
+            # A trial another process or device's loop is still being given its parameters has some of
+            # them, or none: it says nothing yet.
+            if t.number == trial.number or len(t.params) < len(self.params):
                 continue
             cfg = self._decoded.get(t.number) if t.state.is_finished() else None
             if cfg is None:

@@ -7,6 +7,7 @@ import datetime
 import math
 import os
 import random
+import threading
 import time
 import warnings
 from collections.abc import Collection, Mapping, Sequence
@@ -29,7 +30,10 @@ class StudyLoop:
     """The ask / evaluate / tell loop of one study; shared by the tuner and `ktune worker`."""
 
     def __init__(self, study: optuna.Study, encoding: Encoding, target: Target, *, key: Mapping[str, Any],
-                 pool: CandidatePool, settings: TuneSettings, classes: Mapping[str, str] | None = None) -> None:
+                 pool: CandidatePool, settings: TuneSettings, classes: Mapping[str, str] | None = None,
+                 device: str | None = None) -> None:
+        """``device``: the label of the device ``pool`` runs on where several tune one study
+        (``tuner.devices``), kept on each of its trials as the user attribute ``device``."""
         self.study = study
         # Equivalent configurations (``equivalence``): one of a class timed, the others are answered from it.
         self.classes = dict(classes or {})
@@ -45,6 +49,9 @@ class StudyLoop:
         self.rows: list[Any] = []
         self._feasible: list[tuple[str, dict[str, Value]]] | None = None  # (class, configuration), once listed
         self._classes_by_number: dict[int, str] = {}  # trial number -> its configuration's class
+        self.device = device
+        self.stop = threading.Event()  # set: the loop ends before its next batch (another device's loop ended it)
+        self._untold: dict[int, tuple[Any, dict[str, Value]]] = {}  # the batch's trials not told yet, by number
 
     def _trials(self, *states: Any) -> list[Any]:
         return list(self.study.get_trials(deepcopy=False, states=states or None))
@@ -63,8 +70,9 @@ class StudyLoop:
     def in_flight(self, mine: Collection[int] = ()) -> int:
         """Trials other processes sharing the study are running now (not those numbered in ``mine``).
 
-        They count against the budget while they run, so that several processes do not each take
-        the whole remainder of it. Always 0 for a local tune, which holds the study alone."""
+        They count against the budget while they run, so that several processes (or the loops of
+        several devices, ``tuner.devices``) do not each take the whole remainder of it. Always 0 for a
+        local tune on one device, which holds the study alone."""
         from optuna.trial import TrialState
 
         since = datetime.datetime.now() - datetime.timedelta(seconds=self.stale_s)
@@ -87,7 +95,7 @@ class StudyLoop:
         stuck = 0  # proposals in a row that timed nothing new
         limit = max(50, 3 * self.target.space.size)
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(3), "little")
-        while self.timed() < self.budget:
+        while self.timed() < self.budget and not self.stop.is_set():
             if deadline is not None and time.monotonic() > deadline:
                 return True
             batch: list[tuple[Any, dict[str, Value]]] = []
@@ -152,12 +160,33 @@ class StudyLoop:
                     time.sleep(0.5)  # other processes are timing the rest of the budget
                     continue
                 return fruitless <= limit
+            self._untold = {t.number: (t, c) for t, c in batch}
+            if self.device is not None:
+                for trial, _ in batch:
+                    trial.set_user_attr("device", self.device)
             for (trial, cfg), out in zip(batch, self.pool.evaluate([c for _, c in batch], seed),
                                          strict=True):
                 self._tell(trial, cfg, out)
                 if on_trial is not None:
                     on_trial()
         return True
+
+    def hand_back(self, why: str) -> list[int]:
+        """Fail the trials of the batch that were not told (this loop's device was lost: ``why``) and
+        queue their configurations again, for the loops of the devices still running; their numbers."""
+        from optuna.trial import TrialState
+
+        numbers = []
+        for number, (trial, cfg) in sorted(self._untold.items()):
+            with contextlib.suppress(Exception):  # a trial the storage holds as finished already
+                trial.set_user_attr("lost", why)
+                # Queued before the trial ends, so that no other loop finds the budget free in between
+                # and asks its sampler instead.
+                self.study.enqueue_trial(self.enc.encode(cfg), user_attrs={"source": "retry", "retry_of": number})
+                self.study.tell(trial, state=TrialState.FAIL)
+                numbers.append(number)
+        self._untold = {}
+        return numbers
 
     def _explore(self, in_batch: Collection[str], seed: int) -> None:
         """Queue one feasible configuration the study has neither tried nor queued, drawn at random
@@ -206,6 +235,7 @@ class StudyLoop:
     def _tell(self, trial: Any, cfg: dict[str, Value], out: Outcome) -> None:
         from optuna.trial import TrialState
 
+        self._untold.pop(trial.number, None)
         trial.set_user_attr("compile_s", round(out.compile_s, 4))
         trial.set_user_attr("run_s", round(out.run_s, 4))
         if out.status == "ok":

@@ -51,10 +51,16 @@ class TuneOutcome:
     importances: Mapping[str, float] | None = None
     earlier: int = 0  # timed trials the study held before this run (it was resumed)
     asked: int = 0  # the budget asked for (``--ktune-trials``), which counts the study's trials
+    devices: tuple[str, ...] = ()  # over several devices (``tuner.devices``): those whose workers ran trials
+    notes: tuple[str, ...] = ()  # what the tune said on the console: a device lost, or left out
 
     def resumed_text(self) -> str:
         """What a resumed study held already: ``, and 2 in earlier runs of the study (6 asked in all)``."""
         return f", and {self.earlier} in earlier runs of the study ({self.asked} asked in all)" if self.earlier else ""
+
+    def devices_text(self) -> str:
+        """Over several devices, which ran the trials: ``; trials on pthread #0 and pthread #1``."""
+        return f"; trials on {' and '.join(self.devices)}" if len(self.devices) > 1 else ""
 
     def trials_text(self) -> str:
         """How many trials were timed, as asked: this run's, and a resumed study's earlier ones."""

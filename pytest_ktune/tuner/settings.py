@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,15 @@ class TuneContext:
     # the built-in backend of that name), as the extension hooks resolved them.
     sampler_factory: SamplerFactory | None = None
     backend_factory: BackendFactory | None = None
+    # --ktune-devices: the device indices whose workers tune one study together (``tuner.devices``); None:
+    # one worker on the device the backend picks.
+    devices: tuple[int, ...] | None = None
+
+    def say(self, line: str) -> None:
+        """One line on the console, where the progress line goes (stderr where it goes nowhere)."""
+        stream = self.progress or sys.stderr
+        stream.write(f"ktune: {line}\n")
+        stream.flush()
 
     @property
     def scratch(self) -> Path:

@@ -18,7 +18,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_ktune.backends import factory_ref
@@ -34,6 +34,7 @@ from pytest_ktune.measure.worker import CandidatePool, TargetRef, WorkerPool, Wo
 from pytest_ktune.tuner import kept as kept_decisions
 from pytest_ktune.tuner.decide import AB_STOP, Finished, baseline_is_stale, new_record
 from pytest_ktune.tuner.decide import decide as ab_verdict
+from pytest_ktune.tuner.devices import Devices
 from pytest_ktune.tuner.encoding import Encoding, check_space, label_study, stored_mode
 from pytest_ktune.tuner.equivalence import classes, representatives
 from pytest_ktune.tuner.loop import StudyLoop, best_trial, enqueue, fail_running, importances_of, trial_rows, value_of
@@ -111,6 +112,9 @@ class Searched:
     current: dict[str, Value]
     best: dict[str, Value]
     best_us: float
+    infeasible: int = 0  # this run's, over every device's loop
+    failed: int = 0
+    ran: Mapping[str, int] = field(default_factory=dict)  # device label -> trials it ran ('' on one device)
 
 
 def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
@@ -119,13 +123,16 @@ def tune_key(ctx: TuneContext, target: Target, key: Mapping[str, Any],
     the params file gets (``record``, ``changes`` for a winner); the run's write-back delivers it.
     Raises KtuneError, naming the target, when the key cannot be tuned."""
     plan = prepare(ctx, target, key, case_indices)
-    with (ctx.pool_factory or WorkerPool)(plan.spec, trial_timeout_s=ctx.settings.trial_timeout_s) as pool:
-        pool.ensure()
-        name = resolve_study_name(plan.storage, plan.tid, pool.device.id, key)
+    with Devices(ctx.pool_factory or WorkerPool, plan.spec, ctx.devices, trial_timeout_s=ctx.settings.trial_timeout_s,
+                 say=ctx.say) as devices:
+        devices.start()
+        name = resolve_study_name(plan.storage, plan.tid, devices.device.id, key)
         lock = study_lock(ctx.scratch, name) if ctx.settings.storage is None else contextlib.nullcontext()
         with lock:
-            found = search(ctx, plan, pool, name)
-            return decide(ctx, plan, pool, found)
+            found = search(ctx, plan, devices, name)
+            out = decide(ctx, plan, devices.first, found)
+        return replace(out, devices=tuple(d.label for d in devices.all if d.label and found.ran.get(d.label)),
+                       notes=tuple(devices.notes))
 
 
 def prepare(ctx: TuneContext, target: Target, key: Mapping[str, Any], case_indices: Sequence[int]) -> Prepared:
@@ -171,8 +178,9 @@ def optuna_quiet() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def search(ctx: TuneContext, plan: Prepared, pool: CandidatePool, name: str) -> Searched:
-    """Step 2: open the study ``name``, enqueue the warm starts, and run the ask/evaluate/tell loop.
+def search(ctx: TuneContext, plan: Prepared, devices: Devices, name: str) -> Searched:
+    """Step 2: open the study ``name``, enqueue the warm starts, and run the ask/evaluate/tell loop (one
+    per device of ``devices``, on the one study: ``tuner.devices``).
 
     Timed first, in this order: the parameters in use and the default when this key was tuned
     before (what tuning found is the best guess), then the leading device priors; for a key not
@@ -186,13 +194,17 @@ def search(ctx: TuneContext, plan: Prepared, pool: CandidatePool, name: str) -> 
     import optuna
     from optuna.trial import TrialState
 
-    settings, target, key, device = ctx.settings, plan.target, plan.key, pool.device
+    settings, target, key, device = ctx.settings, plan.target, plan.key, devices.device
     try:
         enc = Encoding.for_sampler(target, settings.sampler, stored_mode(plan.storage, name))
         check_space(plan.storage, name, enc, target, plan.storage_name)
-        sampler = plan.make(SamplerRequest(settings.sampler, settings.seed, enc, plan.points))
-        study = optuna.create_study(study_name=name, storage=plan.storage, sampler=sampler,
-                                    direction="minimize", load_if_exists=True)
+        # A sampler of its own for each device's loop (a seed of its own too), each on the one study.
+        studies = [optuna.create_study(
+            study_name=name, storage=plan.storage, direction="minimize", load_if_exists=True,
+            sampler=plan.make(SamplerRequest(settings.sampler, None if settings.seed is None else settings.seed + i,
+                                             enc, plan.points)))
+            for i in range(len(devices.running))]
+        study = studies[0]
         label_study(study, enc)
     except KtuneError:
         raise
@@ -225,7 +237,10 @@ def search(ctx: TuneContext, plan: Prepared, pool: CandidatePool, name: str) -> 
         enqueue(study, enc, group)
     if settings.sampler == "grid":
         enqueue(study, enc, [("grid", p) for p in plan.points])
-    loop = StudyLoop(study, enc, target, key=key, pool=pool, settings=settings, classes=plan.classes)
+    several = devices.several
+    loops = [StudyLoop(st, enc, target, key=key, pool=d.pool, settings=settings, classes=plan.classes,
+                       device=d.label if several else None) for st, d in zip(studies, devices.running, strict=True)]
+    loop = loops[0]
     earlier = loop.timed()  # a resumed study's: the budget counts them, this run's count does not
     total = min(settings.trials, len(plan.points))
     with Progress(f"{target.name} {key_label(key)}", total, stream=ctx.progress) as bar:
@@ -236,7 +251,7 @@ def search(ctx: TuneContext, plan: Prepared, pool: CandidatePool, name: str) -> 
 
         deadline = plan.started + settings.timeout_s if settings.timeout_s else None
         try:
-            loop.run(deadline, tick)
+            devices.run(loops, deadline, tick)
             if settings.storage is not None:
                 loop.settle()  # trials that processes sharing the study still run
         except KeyboardInterrupt:
@@ -247,15 +262,19 @@ def search(ctx: TuneContext, plan: Prepared, pool: CandidatePool, name: str) -> 
                   "command to resume it.", file=sys.stderr, flush=True)
             raise
     best = best_trial(study)
+    rows = [r for one in loops for r in one.rows]
     if best is None:
-        reasons = Counter(str(r.reason) for r in loop.rows if r.state in ("infeasible", "failed"))
+        reasons = Counter(str(r.reason) for r in rows if r.state in ("infeasible", "failed"))
         why = "; ".join(f"{n}x {r}" for r, n in reasons.most_common(3)) or "no trial ran"
         raise KtuneError(f"no configuration could be timed for key {key_label(key)}: {why}", where=target.where,
                          hint="fix the failures shown, or constrain the space to what this device can run "
                               "(its limits are listed in the reasons)")
     assert best.value is not None  # best_trial takes only trials with a value
+    ran = Counter(one.device or "" for one in loops for r in one.rows if r.state in ("timed", "infeasible", "failed"))
     return Searched(study=study, enc=enc, name=name, loop=loop, earlier=earlier, record=rec, current=current,
-                    best=enc.decode(best.params), best_us=float(best.value))
+                    best=enc.decode(best.params), best_us=float(best.value),
+                    infeasible=sum(one.infeasible for one in loops), failed=sum(one.failed for one in loops),
+                    ran=dict(ran))
 
 
 def decide(ctx: TuneContext, plan: Prepared, pool: CandidatePool, found: Searched) -> TuneOutcome:
@@ -302,7 +321,7 @@ def decide(ctx: TuneContext, plan: Prepared, pool: CandidatePool, found: Searche
         accepted=accepted, decision=decision, feasible_points=plan.feasible, wall_s=wall)
     return TuneOutcome(target=target.name, key=dict(key), device=device.id, study=found.name,
                        timed=loop.timed() - found.earlier, earlier=found.earlier, asked=settings.trials,
-                       infeasible=loop.infeasible, failed=loop.failed, default_us=default_us,
+                       infeasible=found.infeasible, failed=found.failed, default_us=default_us,
                        current_params=current, current_us=cur_us, best_params=found.best, best_us=found.best_us,
                        accepted=accepted, decision=decision, report=None, wall_s=wall, written=False,
                        record=record, changes=changes, summary=summary if ctx.reports else None,

@@ -5,6 +5,7 @@ every GPU gets items and each row names its own (needs CUDA)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,54 @@ def test_all_devices_each_take_items(project: Project) -> None:
     assert len(devices) == min(n, 4)  # four cases: at most four devices get one
     if n > 1:
         assert all("#" in d for d in devices), devices  # GPUs of one model: told apart by ordinal
+
+
+def _tunable() -> str:
+    return """
+def launch_block(kernel, x, a):
+    n = x.shape[0]
+    out = kernel.empty_like(x)
+    block = int(kernel["BLOCK"])
+    kernel.launch(grid=ktune.cdiv(n, block), block=block, args=[out, x, np.float32(a), np.int32(n)])
+    return out
+
+
+scale = ktune.target(
+    name="scale", kernel="scale", sources={"cuda": "scale.cu"}, space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024]),
+    default={"BLOCK": 256}, key=lambda x: {"N": x.shape[0]},
+    cases=[ktune.Case(id="n1M", x=ktune.Tensor((1 << 20,)), a=2.0)], reference=scaled,
+)(launch_block)
+"""
+
+
+def _tune(project: Project, devices: str) -> tuple[pytest.RunResult, list[Any]]:
+    from tuner._tk import only_study, open_journal, timed
+
+    project.pytester.makepyfile(kernels=KERNELS + _tunable())
+    (project.path / "scale.cu").write_text(SCALE_CU)
+    result = project.pytester.runpytest_subprocess("--ktune", "--ktune-backend=cuda", "-p", "no:cacheprovider",
+                                                  "--ktune-tune", f"--ktune-devices={devices}", "--ktune-trials=5",
+                                                  "--ktune-seed=1", "-m", "ktune_tune", timeout=600)
+    _, trials = only_study(open_journal(project.path))
+    return result, list(timed(trials))
+
+
+def test_the_tuner_on_device_zero_is_the_single_device_case(project: Project) -> None:
+    result, trials = _tune(project, "0")
+    result.assert_outcomes(passed=1, deselected=2)
+    assert len(trials) == 5
+    assert all("device" not in t.user_attrs for t in trials)  # one device: as today
+    assert "trials on" not in result.stdout.str()
+
+
+def test_the_tuner_on_all_devices_runs_trials_on_each(project: Project) -> None:
+    from pytest_ktune.backends.cuda_device import gpu_count
+
+    result, trials = _tune(project, "all")
+    result.assert_outcomes(passed=1, deselected=2)
+    assert len(trials) == 5
+    on = {t.user_attrs.get("device") for t in trials}
+    if gpu_count() > 1:
+        assert len(on) > 1 and all("#" in str(d) for d in on), on  # GPUs of one model: told apart by ordinal
+    else:
+        assert on == {None}

@@ -143,7 +143,8 @@ def interrupt_when(proc: subprocess.Popen[str], condition: Callable[[], bool], *
 
 SUMMARY = re.compile(r"^(?P<target>\S+) (?P<key>\S+): best (?P<us>[\d.]+) µs (?P<params>\{.*?\}) after "
                      r"(?P<timed>\d+) timed trials \((?P<infeasible>\d+) infeasible, (?P<failed>\d+) failed\)"
-                     r"(?:, and (?P<earlier>\d+) in earlier runs of the study \((?P<asked>\d+) asked in all\))?; "
+                     r"(?:, and (?P<earlier>\d+) in earlier runs of the study \((?P<asked>\d+) asked in all\))?"
+                     r"(?:; trials on (?P<devices>[^;]+))?; "
                      r"(?P<decision>.*); (?P<written>to be delivered \(--write [\w-]+\)|"
                      r"not written \(--no-write\)|not written \(--write none\)); report: (?P<report>.+)$", re.MULTILINE)
 

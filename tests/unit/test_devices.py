@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune.backends.base import DeviceInfo
+from pytest_ktune.backends.base import DeviceInfo, device_labels
 from pytest_ktune.core.options import OptionError
 from pytest_ktune.measure.service import ItemCrash
 from pytest_ktune.run.config import ConfigFiles, resolve
-from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, labels, spread
+from pytest_ktune.run.devices import Dispatcher, Planned, expected_times, spread
 from pytest_ktune.run.options import parse_devices
 
 
@@ -47,7 +47,7 @@ def test_cases_without_a_baseline_count_as_the_mean_of_those_with_one() -> None:
 
 
 def test_devices_of_one_name_are_told_apart_by_index() -> None:
-    assert labels([(0, _device("pthread")), (1, _device("pthread")), (3, _device("other"))]) == \
+    assert device_labels([(0, _device("pthread")), (1, _device("pthread")), (3, _device("other"))]) == \
         ["pthread #0", "pthread #1", "other"]
 
 
@@ -113,6 +113,70 @@ def test_a_lost_device_fails_its_job_in_flight_and_its_queue_moves_to_the_others
     assert len(crashed) == 1 and "fell off the bus" in outcomes[crashed[0]]
     assert all(v[0] == "good" for k, v in outcomes.items() if k not in crashed)
     assert d.retired == [(0, f"{crashed[0]}: the device fell off the bus")]
+    assert d.alive() == ["good"]
+
+
+def test_correctness_jobs_fill_the_gaps_on_whichever_device_frees_first() -> None:
+    ran: list[tuple[str, str, float, float]] = []  # (lane, job, start, end)
+    lock = threading.Lock()
+    t0 = time.monotonic()
+
+    def job(key: str, seconds: float) -> Any:
+        def run(lane: str) -> str:
+            start = time.monotonic() - t0
+            time.sleep(seconds)
+            with lock:
+                ran.append((lane, key, start, time.monotonic() - t0))
+            return lane
+        return run
+
+    d: Dispatcher[str] = Dispatcher(["gpu0", "gpu1"])
+    try:
+        # The long case alone on gpu0, the two short ones on gpu1, which then frees first.
+        d.plan([Planned("long", 4.0, job("long", 0.6)), Planned("b", 1.0, job("b", 0.05)),
+                Planned("c", 1.0, job("c", 0.05))],
+               fill=[Planned(k, 0.0, job(k, 0.05)) for k in ("x", "y", "z")])
+        lanes = {k: d.result(k) for k in ("long", "b", "c", "x", "y", "z")}
+    finally:
+        d.close()
+    assert lanes == {"long": "gpu0", "b": "gpu1", "c": "gpu1", "x": "gpu1", "y": "gpu1", "z": "gpu1"}
+    own_done = max(end for lane, key, _, end in ran if key in ("b", "c"))
+    assert all(start >= own_done for _, key, start, _ in ran if key in ("x", "y", "z"))  # after its own queue
+
+
+def test_both_devices_take_the_correctness_jobs_once_their_own_are_done() -> None:
+    def check(lane: str) -> str:
+        time.sleep(0.03)
+        return lane
+
+    d: Dispatcher[str] = Dispatcher(["gpu0", "gpu1"])
+    try:
+        d.plan([], fill=[Planned(k, 0.0, check) for k in "abcdefgh"])
+        lanes = [d.result(k) for k in "abcdefgh"]
+    finally:
+        d.close()
+    assert set(lanes) == {"gpu0", "gpu1"}  # not one at a time as pytest asks for them
+
+
+def test_correctness_jobs_go_on_on_the_device_left_when_one_is_lost() -> None:
+    def check(lane: str) -> str:
+        if lane == "bad":
+            raise ItemCrash("the device fell off the bus")
+        time.sleep(0.01)
+        return lane
+
+    d: Dispatcher[str] = Dispatcher(["bad", "good"])
+    try:
+        d.plan([], fill=[Planned(k, 0.0, check) for k in "abcdef"])
+        outcomes = {}
+        for k in "abcdef":
+            try:
+                outcomes[k] = d.result(k)
+            except ItemCrash:
+                outcomes[k] = "crashed"
+    finally:
+        d.close()
+    assert sorted(outcomes.values()) == ["crashed"] + ["good"] * 5
     assert d.alive() == ["good"]
 
 
