@@ -105,6 +105,13 @@ class _StreamHandle:
         return (0, self.handle)
 
 
+def _direct_function(kernel: Any) -> Any:
+    """CuPy's function behind the RawKernel ``kernel`` on the current device: what the RawKernel's call calls
+    after finding it by device and merging keywords, on every call; None where ``kernel`` has none."""
+    found = getattr(kernel, "kernel", None)
+    return found if callable(found) else None
+
+
 @dataclass
 class _Function:
     backend: CudaBackend
@@ -116,6 +123,11 @@ class _Function:
     _dynamic_allowed: int = 0  # dynamic shared memory opted in past 48 KiB, in bytes
     _block: tuple[int, ...] = ()  # the last checked launch's block, and its arguments' types (None: convert)
     _types: tuple[type, ...] | None = None
+    # CuPy's function of the kernel on the device current at the first checked launch (the RawKernel's own,
+    # called without the RawKernel's wrapper), and that device; None where the kernel has none.
+    _direct: Any = None
+    _direct_device: int = -1
+    _device_now: Any = None  # CuPy's runtime.getDevice
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -132,44 +144,64 @@ class _Function:
         # Constant memory is the module's own: a Constant among the arguments is not one of the kernel's.
         return tuple(scalar_arg(a) for a in args if not isinstance(a, Constant))
 
-    def _prepared(self, block: tuple[int, ...], args: Sequence[Any]) -> tuple[Any, ...] | None:
-        """The kernel's arguments where this launch is like the last checked one (the same block, arguments of
-        the same types, none to convert or leave out); None where it must be checked."""
-        if block == self._block and tuple(map(type, args)) == self._types:
-            return args if type(args) is tuple else tuple(args)
-        return None
-
     def _checked(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                  shared: int) -> tuple[Any, ...]:
         self._check_block(grid, block)
         kargs = self._kernel_args(args, shared)
         if not shared:
-            # A launch whose arguments are all as the kernel takes them (arrays, numpy scalars) is taken the
-            # same way next time without these checks; Python scalars (converted) and constants are not.
+            # A launch whose arguments are all as the kernel takes them (arrays, numpy scalars, prepared
+            # pointers) is taken the same way next time without these checks; Python scalars (converted) and
+            # constants are not.
             plain = len(kargs) == len(args) and all(k is a for k, a in zip(kargs, args, strict=True))
             self._block, self._types = block, (tuple(map(type, args)) if plain else None)
+            if self._direct is None and (direct := _direct_function(self.kernel)) is not None:
+                self._device_now = self.backend.cp.cuda.runtime.getDevice
+                self._direct_device = int(self._device_now())
+                self._direct = direct
         return kargs
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
-        kargs = None if shared else self._prepared(block, args)
-        if kargs is None:
+        # A launch like the last checked one (the same block, arguments of the same types) is taken as it is,
+        # straight to CuPy's function where the device is the one it was loaded on.
+        if not shared and block == self._block and tuple(map(type, args)) == self._types:
+            kargs = args if type(args) is tuple else tuple(args)
+            direct = self._direct
+            if direct is not None and self._device_now() == self._direct_device:
+                try:
+                    direct(grid, block, kargs)
+                except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
+                    raise self._failed(grid, block, exc) from None
+                return
+        else:
             kargs = self._checked(grid, block, args, shared)
         try:
             if shared:
                 self.kernel(grid, block, kargs, shared_mem=shared)
             else:
                 self.kernel(grid, block, kargs)
-        except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
+        except Exception as exc:
             raise self._failed(grid, block, exc) from None
 
     def launch_on_stream(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                          stream: int, shared: int = 0) -> None:
-        """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current)."""
-        kargs = None if shared else self._prepared(block, args)
-        if kargs is None:
+        """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current), on
+        the current device (which the caller has checked is the kernel's)."""
+        on = self.backend._streams.get(stream)
+        if on is None:
+            on = self.backend.external_stream(stream)
+        if not shared and block == self._block and tuple(map(type, args)) == self._types:
+            kargs = args if type(args) is tuple else tuple(args)
+            direct = self._direct
+            if direct is not None and self._device_now() == self._direct_device:
+                try:
+                    direct(grid, block, kargs, 0, on)
+                except Exception as exc:
+                    raise self._failed(grid, block, exc) from None
+                return
+        else:
             kargs = self._checked(grid, block, args, shared)
         try:
-            self.kernel(grid, block, kargs, stream=self.backend.external_stream(stream), shared_mem=shared)
+            self.kernel(grid, block, kargs, stream=on, shared_mem=shared)
         except Exception as exc:
             raise self._failed(grid, block, exc) from None
 
@@ -288,6 +320,8 @@ class CudaBackend:
         self._peak: float | None = None
         self.cache_dir: Path | None = None
         self._streams: dict[int, Any] = {}
+        # A device pointer as a kernel argument that CuPy passes as it is (its CIntptr, where it has one).
+        self.pointer: type = getattr(getattr(cp.cuda, "function", None), "CIntptr", np.uint64)
         if compiler_output_wanted():
             # CuPy hands over NVRTC's messages only when it compiles, never for a cached binary: with
             # KTUNE_COMPILER_OUTPUT=1 every program is compiled in this process, and its log kept.

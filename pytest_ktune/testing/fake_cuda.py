@@ -192,7 +192,7 @@ class _MemoryPool:
 def _module() -> types.ModuleType:
     cp = types.ModuleType("cupy", "a fake CuPy (pytest_ktune.testing.fake_cuda)")
     runtime = types.SimpleNamespace(getDeviceProperties=lambda i: dict(_PROPS), getDeviceCount=lambda: 1,
-                                    getDevice=lambda: 0, driverGetVersion=lambda: 13000,
+                                    getDevice=itertools.repeat(0).__next__, driverGetVersion=lambda: 13000,
                                     deviceGetAttribute=lambda attr, i: 0)
     function = types.SimpleNamespace(CPointer=CPointer, CIntptr=CIntptr, Function=Function)
     cp.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]

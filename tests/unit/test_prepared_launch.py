@@ -28,7 +28,7 @@ class _RawKernel:
 def _cuda_function(monkeypatch: pytest.MonkeyPatch) -> tuple[CudaFunction, _RawKernel, list[int]]:
     raw = _RawKernel()
     backend = SimpleNamespace(device=SimpleNamespace(name="a GPU", shared_limit=48 << 10),
-                              external_stream=lambda handle: f"stream {handle}")
+                              external_stream=lambda handle: f"stream {handle}", _streams={})
     fn = CudaFunction(backend, raw, "k", "k.cu")  # type: ignore[arg-type]
     fn._resources = Resources(registers=32, shared_bytes=0, local_bytes=0, max_threads_per_block=256)
     fn._limit = 256
