@@ -9,8 +9,9 @@ cProfile (Python function calls per call, the top functions by own time).
 
 ``--cpu`` runs the CUDA route without a GPU: a fake CuPy whose kernels record their launches and torch CPU
 tensors dressed as CUDA tensors (``pytest_ktune.testing.fake_cuda``). It counts the Python work the route
-does, not GPU or driver time: the fake's own launch is one Python call where CuPy's is C. Without ``--cpu``
-it runs on the GPU with CuPy and torch.
+does, not GPU or driver time: the fake's own launch is one Python call where CuPy's is C. It also gives the
+host time per call on this machine beside a raw launch of the fake's function (the fake's own work in both):
+a measure of the route's Python, not of a GPU call. Without ``--cpu`` it runs on the GPU with CuPy and torch.
 
 Usage: python3 benchmarks/profile_call.py [--cpu] [--calls 5000] [--out DIR]
 """
@@ -23,6 +24,7 @@ import io
 import json
 import pstats
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -136,13 +138,37 @@ def _calls_cpu(cp: Any) -> dict[str, Callable[[], Any]]:
     wt = cuda_tensor(torch.empty((H,), dtype=torch.float16))
     gt = cuda_tensor(torch.empty((T, 2 * INTER), dtype=torch.float16))
     op = ktune.torch_op(rmsnorm)
-    return {"rmsnorm, CuPy arrays": lambda: rmsnorm(xc, wc), "rmsnorm, torch tensors": lambda: rmsnorm(xt, wt),
-            "rmsnorm, torch op (eager)": lambda: op(xt, wt),
-            "silu_and_mul, CuPy arrays": lambda: silu_and_mul(gc), "silu_and_mul, torch tensors":
-            lambda: silu_and_mul(gt)}
+    calls = {"rmsnorm, CuPy arrays": lambda: rmsnorm(xc, wc), "rmsnorm, torch tensors": lambda: rmsnorm(xt, wt),
+             "rmsnorm, torch op (eager)": lambda: op(xt, wt),
+             "silu_and_mul, CuPy arrays": lambda: silu_and_mul(gc), "silu_and_mul, torch tensors":
+             lambda: silu_and_mul(gt)}
+    rmsnorm(xc, wc)
+    launched = next(iter(rmsnorm._plan._dispatch.values())).kernel._fn
+    fn, block = launched.kernel.kernel, launched._block  # the fake CuPy function, and the block it was given
+    rest = (xc, wc, np.int32(H), np.float32(1e-6))
+
+    def raw() -> Any:  # what benchmarks/production_call.py's raw CuPy row does, on the fake
+        o = cp.empty(xc.shape, xc.dtype)
+        fn((T,), block, (o, *rest))
+        return o
+
+    calls["rmsnorm, raw launch (CuPy's function)"] = raw
+    return calls
 
 
-def _run(calls: dict[str, Callable[[], Any]], n: int) -> tuple[list[str], dict[str, Any]]:
+def _host_us(call: Callable[[], Any], n: int, rounds: int = 7) -> float:
+    """The least host time per call over ``rounds`` loops of ``n`` calls (this machine; the fake's own
+    work included in every row alike)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        best = min(best, time.perf_counter() - start)
+    return best / n * 1e6
+
+
+def _run(calls: dict[str, Callable[[], Any]], n: int, timed: bool) -> tuple[list[str], dict[str, Any]]:
     text: list[str] = []
     facts: dict[str, Any] = {}
     for label, call in calls.items():
@@ -150,12 +176,14 @@ def _run(calls: dict[str, Callable[[], Any]], n: int) -> tuple[list[str], dict[s
             call()
         trace = _trace(call)
         per_call, top = _profile(call, n)
+        host = _host_us(call, n) if timed else None
         facts[label] = {"python_calls": trace.python, "c_calls": trace.c, "cupy_calls": trace.cupy,
-                        "cprofile_calls_per_call": round(per_call, 1)}
+                        "cprofile_calls_per_call": round(per_call, 1), "host_us_here": host}
+        here = "" if host is None else f" Host time here: {host:.2f} µs per call (least of 7 loops of {n})."
         text += [f"\n## {label}\n",
                  f"One call: {trace.python} Python calls and {trace.c} C calls of ours, the user's and torch's, and "
                  f"{trace.cupy} of CuPy. cProfile over {n} calls: {per_call:.1f} function calls per call (CuPy's "
-                 "included).\n",
+                 f"included).{here}\n",
                  "```", *trace.lines, "```", f"\nTop 20 by own time ({n} calls; host CPU time of this machine):\n",
                  "```", top.strip(), "```"]
     return text, facts
@@ -181,9 +209,9 @@ def main() -> int:
         global FAKE
         FAKE = fake_cuda.__file__
         with fake_cuda.installed() as cp:
-            text, facts = _run(_calls_cpu(cp), args.calls)
+            text, facts = _run(_calls_cpu(cp), args.calls, timed=True)
     else:
-        text, facts = _run(_calls_gpu(), args.calls)
+        text, facts = _run(_calls_gpu(), args.calls, timed=False)
     out = "\n".join(head + text) + "\n"
     print(out)
     if args.out is not None:

@@ -15,6 +15,7 @@ machine without a GPU. It says nothing of GPU time.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 import types
 from collections.abc import Iterator, Sequence
@@ -43,7 +44,7 @@ class ndarray:
     def __init__(self, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> None:
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(s) for s in shape)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.size = math.prod(self.shape)
         self.nbytes = self.size * self.dtype.itemsize
         dense = _dense(self.shape, self.dtype.itemsize)
         self.strides = dense if strides is None else tuple(strides)
@@ -207,8 +208,8 @@ def _module() -> types.ModuleType:
 
 @contextmanager
 def installed() -> Iterator[types.ModuleType]:
-    """The fake ``cupy`` in ``sys.modules`` (and a fresh CUDA backend and routes) while the block runs; with
-    torch imported, torch's raw accessors of the current CUDA device and stream answer ``cuda:0`` and
+    """The fake ``cupy`` in ``sys.modules`` (and a fresh CUDA backend and routes) while the block runs; where
+    torch imports, torch's raw accessors of the current CUDA device and stream answer ``cuda:0`` and
     ``STREAM``. Everything is put back afterwards."""
     from pytest_ktune import backends
     from pytest_ktune.call import native
@@ -244,8 +245,9 @@ _MISSING = object()
 
 
 def _dress_torch(backends: Any) -> list[tuple[Any, str, Any]] | None:
-    torch = sys.modules.get("torch")
-    if torch is None:
+    try:
+        import torch
+    except ImportError:
         return None
     from pytest_ktune.call import torchio
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune.backends.base import Constant, Resources
-from pytest_ktune.backends.cuda import _Function as CudaFunction
+from pytest_ktune.backends.cuda_launch import CudaFunction
 from pytest_ktune.core.errors import LimitError
 
 
@@ -29,7 +29,7 @@ def _cuda_function(monkeypatch: pytest.MonkeyPatch) -> tuple[CudaFunction, _RawK
     raw = _RawKernel()
     backend = SimpleNamespace(device=SimpleNamespace(name="a GPU", shared_limit=48 << 10),
                               external_stream=lambda handle: f"stream {handle}", _streams={})
-    fn = CudaFunction(backend, raw, "k", "k.cu")  # type: ignore[arg-type]
+    fn = CudaFunction(backend, raw, "k", "k.cu")
     fn._resources = Resources(registers=32, shared_bytes=0, local_bytes=0, max_threads_per_block=256)
     fn._limit = 256
     checks: list[int] = []
