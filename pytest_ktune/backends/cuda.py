@@ -186,7 +186,7 @@ class CudaBackend:
         self._bandwidth: float | None = None
         self._peak: float | None = None
         self.cache_dir: Path | None = None
-        self._streams: dict[int, Any] = {}
+        self.streams: dict[int, Any] = {}  # CuPy streams of other libraries' handles (external_stream)
         # A device pointer as a kernel argument that CuPy passes as it is (its CIntptr, where it has one).
         self.pointer: type = getattr(getattr(cp.cuda, "function", None), "CIntptr", np.uint64)
         if compiler_output_wanted():
@@ -196,14 +196,14 @@ class CudaBackend:
 
     def external_stream(self, handle: int) -> Any:
         """A CuPy stream object for the CUDA stream ``handle`` (made once per handle)."""
-        stream = self._streams.get(handle)
+        stream = self.streams.get(handle)
         if stream is None:
             cuda = self.cp.cuda
             if hasattr(cuda.Stream, "from_external"):
                 stream = cuda.Stream.from_external(_StreamHandle(handle))
             else:  # CuPy before 14
                 stream = cuda.ExternalStream(handle, self.ordinal)
-            self._streams[handle] = stream
+            self.streams[handle] = stream
         return stream
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:

@@ -39,6 +39,7 @@ class CudaFunction:
     _direct: Any = None
     _direct_device: int = -1
     _device_now: Any = None  # CuPy's runtime.getDevice
+    _convert: tuple[tuple[int, type], ...] = ()  # where the last checked launch had Python scalars, and to what
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -60,36 +61,48 @@ class CudaFunction:
         self._check_block(grid, block)
         kargs = self._kernel_args(args, shared)
         if not shared:
-            # A launch whose arguments are all as the kernel takes them (arrays, numpy scalars, prepared
-            # pointers) is taken the same way next time without these checks; Python scalars (converted) and
-            # constants are not.
-            plain = len(kargs) == len(args) and all(k is a for k, a in zip(kargs, args, strict=True))
+            # A launch of this block and argument types is taken the same way next time without these checks:
+            # its Python scalars converted at their places (int and bool to int32, float to float32), the rest
+            # as they are (arrays, numpy scalars, prepared pointers). One with a constant among its arguments
+            # (left out) is checked every time.
+            plain = len(kargs) == len(args)
             self._block, self._types = block, (tuple(map(type, args)) if plain else None)
+            self._convert = tuple((i, type(k)) for i, (k, a) in enumerate(zip(kargs, args, strict=True))
+                                  if k is not a) if plain else ()
             if self._direct is None and (direct := _direct_function(self.kernel)) is not None:
                 self._device_now = self.backend.cp.cuda.runtime.getDevice
                 self._direct_device = int(self._device_now())
                 self._direct = direct
         return kargs
 
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
-        # A launch like the last checked one (the same block, arguments of the same types) is taken as it is,
-        # straight to CuPy's function where the device is the one it was loaded on.
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0,
+               stream: Any = None) -> None:
+        """Launch on ``stream`` (a CuPy stream; None: CuPy's current one). A launch like the last checked one
+        (the same block, arguments of the same types) goes straight to CuPy's function where the device is the
+        one it was loaded on."""
         if not shared and block == self._block and tuple(map(type, args)) == self._types:
-            kargs = args if type(args) is tuple else tuple(args)
+            kargs: tuple[Any, ...]
+            if self._convert:
+                converted = list(args)
+                for i, to in self._convert:
+                    converted[i] = to(converted[i])
+                kargs = tuple(converted)
+            else:
+                kargs = args if type(args) is tuple else tuple(args)
             direct = self._direct
             if direct is not None and self._device_now() == self._direct_device:
                 try:
-                    direct(grid, block, kargs)
+                    direct(grid, block, kargs, 0, stream)
                 except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
                     raise self._failed(grid, block, exc) from None
                 return
         else:
             kargs = self._checked(grid, block, args, shared)
         try:
-            if shared:
+            if stream is None:
                 self.kernel(grid, block, kargs, shared_mem=shared)
             else:
-                self.kernel(grid, block, kargs)
+                self.kernel(grid, block, kargs, stream=stream, shared_mem=shared)
         except Exception as exc:
             raise self._failed(grid, block, exc) from None
 
@@ -97,24 +110,10 @@ class CudaFunction:
                          stream: int, shared: int = 0) -> None:
         """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current), on
         the current device (which the caller has checked is the kernel's)."""
-        on = self.backend._streams.get(stream)
+        on = self.backend.streams.get(stream)
         if on is None:
             on = self.backend.external_stream(stream)
-        if not shared and block == self._block and tuple(map(type, args)) == self._types:
-            kargs = args if type(args) is tuple else tuple(args)
-            direct = self._direct
-            if direct is not None and self._device_now() == self._direct_device:
-                try:
-                    direct(grid, block, kargs, 0, on)
-                except Exception as exc:
-                    raise self._failed(grid, block, exc) from None
-                return
-        else:
-            kargs = self._checked(grid, block, args, shared)
-        try:
-            self.kernel(grid, block, kargs, stream=on, shared_mem=shared)
-        except Exception as exc:
-            raise self._failed(grid, block, exc) from None
+        self.launch(grid, block, args, shared, on)
 
     def _failed(self, grid: tuple[int, ...], block: tuple[int, ...], exc: Exception) -> LaunchError:
         return LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
