@@ -19,10 +19,8 @@ Usage: python3 benchmarks/profile_call.py [--cpu] [--calls 5000] [--out DIR]
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import json
-import pstats
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_repo_to_path, command_line, now_utc
+from _common import add_repo_to_path, command_line, now_utc, profiled
 
 T, H, INTER = 16, 4096, 14336
 FAKE = ""  # the fake CuPy's file, with --cpu
@@ -93,15 +91,9 @@ def _trace(call: Callable[[], Any]) -> Trace:
 
 
 def _profile(call: Callable[[], Any], calls: int) -> tuple[float, str]:
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        call()
-    prof.disable()
     buf = io.StringIO()
-    stats = pstats.Stats(prof, stream=buf).strip_dirs()
-    per_call = stats.total_calls / calls  # type: ignore[attr-defined]
-    stats.sort_stats("tottime").print_stats(20)
+    stats, per_call = profiled(call, calls, stream=buf)
+    stats.strip_dirs().sort_stats("tottime").print_stats(20)
     return per_call, buf.getvalue()
 
 
