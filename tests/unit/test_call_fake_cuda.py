@@ -155,3 +155,24 @@ def test_a_change_of_torchs_current_device_is_caught_on_a_cached_signature(tmp_p
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     with pytest.raises(KtuneError, match=r"argument x is on cuda:0, which is not the current device \(cuda:1\)"):
         module.scale(x, w)
+
+
+def test_a_launch_on_another_current_device_goes_through_the_rawkernel(tmp_path: Path, fake: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _module(tmp_path, "fake_cuda_e")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    entry = next(iter(module.scale._plan._dispatch.values()))
+    raw = entry.kernel._fn.kernel
+    through: list[int] = []
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        through.append(1)
+        self.kernel(*args[:3])
+
+    monkeypatch.setattr(type(raw), "__call__", counted)
+    module.scale(x, w)
+    assert through == []  # straight to CuPy's function
+    monkeypatch.setattr(entry.kernel._fn, "_device_now", lambda: 1)  # CuPy's current device is another now
+    module.scale(x, w)
+    assert through == [1]  # the RawKernel finds the device's own function
