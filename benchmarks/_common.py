@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import cProfile
 import datetime as _dt
 import json
 import math
 import platform
+import pstats
 import shlex
 import subprocess
 import sys
@@ -48,6 +50,18 @@ def interleaved(methods: Mapping[str, Callable[[], Any]], repeats: int, calls: i
         for m in names[r % len(names):] + names[:r % len(names)]:
             samples[m].append(time_calls(methods[m], calls, sync))
     return samples
+
+
+def profiled(call: Callable[[], Any], calls: int, **stats_args: Any) -> tuple[pstats.Stats, float]:
+    """cProfile's statistics of ``calls`` calls of ``call`` (``stats_args`` go to ``pstats.Stats``), and the
+    Python function calls per call."""
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    stats = pstats.Stats(prof, **stats_args)
+    return stats, stats.total_calls / calls  # type: ignore[attr-defined]
 
 
 def command_line() -> str:

@@ -24,10 +24,8 @@ Usage: python3 benchmarks/production_call_cpu.py [--calls 2000] [--repeats 15] [
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import statistics
 import sys
 import tempfile
@@ -44,6 +42,7 @@ from _common import (
     interleaved,
     md_table,
     now_utc,
+    profiled,
     versions,
     write_results,
 )
@@ -54,15 +53,9 @@ GOAL = 1.1
 
 def _profile(call: Callable[[], Any], calls: int) -> dict[str, Any]:
     """Python function calls per production call, from a cProfile of ``calls`` calls, and the top functions."""
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        call()
-    prof.disable()
-    stats = pstats.Stats(prof)
-    total = stats.total_calls  # type: ignore[attr-defined]
+    stats, per_call = profiled(call, calls)
     top = sorted(stats.stats.items(), key=lambda kv: -kv[1][1])[:12]  # type: ignore[attr-defined]
-    return {"calls_per_call": total / calls,
+    return {"calls_per_call": per_call,
             "top": [f"{fn[0].rsplit('/', 1)[-1]}:{fn[1]}({fn[2]}) x{v[1] / calls:g}" for fn, v in top]}
 
 

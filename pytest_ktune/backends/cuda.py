@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -19,16 +18,15 @@ from pytest_ktune.backends.base import (
     DeviceInfo,
     KernelFunction,
     Launch,
-    Resources,
     copy_buffer_bytes,
     flush_bytes,
     multiply_add_rate,
     pinned_index,
     poison_value,
-    scalar_arg,
 )
 from pytest_ktune.backends.compile_log import annotate, clean_log, compiler_output_wanted
 from pytest_ktune.backends.cuda_device import BF16_NAN, GraphTimer, GuardedView, global_size, gpu_count
+from pytest_ktune.backends.cuda_launch import CudaFunction
 from pytest_ktune.backends.identity import cuda_identity
 from pytest_ktune.core.compare import DEVICE_KINDS, device_close
 from pytest_ktune.core.dtypes import as_dtype, is_bfloat16
@@ -77,7 +75,6 @@ extern "C" __global__ void ktune_fma(float* out, float a, float b, int iters) {
 """.replace("CHAINS", str(FMA_CHAINS))
 
 
-_STATIC_SHARED_LIMIT = 48 << 10  # what a block may use without opting in to more
 
 
 
@@ -106,110 +103,12 @@ class _StreamHandle:
 
 
 @dataclass
-class _Function:
-    backend: CudaBackend
-    kernel: Any
-    name: str
-    filename: str
-    _resources: Resources | None = None
-    _limit: int = 0  # max threads per block, once resources() has been read
-    _dynamic_allowed: int = 0  # dynamic shared memory opted in past 48 KiB, in bytes
-    _block: tuple[int, ...] = ()  # the last checked launch's block, and its arguments' types (None: convert)
-    _types: tuple[type, ...] | None = None
-
-    def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
-        threads = block[0] if len(block) == 1 else math.prod(block)
-        limit = self._limit or self.resources().max_threads_per_block
-        if threads > limit:
-            raise LimitError(
-                f"kernel {self.name} launched with {threads} threads per block; it allows at most "
-                f"{limit} on {self.backend.device.name} (registers per thread: {self.resources().registers})",
-                where=self.filename, hint="use a smaller block, or constrain the block-size parameter")
-
-    def _kernel_args(self, args: Sequence[Any], shared: int) -> tuple[Any, ...]:
-        if shared:
-            self._allow_shared(shared)
-        # Constant memory is the module's own: a Constant among the arguments is not one of the kernel's.
-        return tuple(scalar_arg(a) for a in args if not isinstance(a, Constant))
-
-    def _prepared(self, block: tuple[int, ...], args: Sequence[Any]) -> tuple[Any, ...] | None:
-        """The kernel's arguments where this launch is like the last checked one (the same block, arguments of
-        the same types, none to convert or leave out); None where it must be checked."""
-        if block == self._block and tuple(map(type, args)) == self._types:
-            return args if type(args) is tuple else tuple(args)
-        return None
-
-    def _checked(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                 shared: int) -> tuple[Any, ...]:
-        self._check_block(grid, block)
-        kargs = self._kernel_args(args, shared)
-        if not shared:
-            # A launch whose arguments are all as the kernel takes them (arrays, numpy scalars) is taken the
-            # same way next time without these checks; Python scalars (converted) and constants are not.
-            plain = len(kargs) == len(args) and all(k is a for k, a in zip(kargs, args, strict=True))
-            self._block, self._types = block, (tuple(map(type, args)) if plain else None)
-        return kargs
-
-    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0) -> None:
-        kargs = None if shared else self._prepared(block, args)
-        if kargs is None:
-            kargs = self._checked(grid, block, args, shared)
-        try:
-            if shared:
-                self.kernel(grid, block, kargs, shared_mem=shared)
-            else:
-                self.kernel(grid, block, kargs)
-        except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
-            raise self._failed(grid, block, exc) from None
-
-    def launch_on_stream(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
-                         stream: int, shared: int = 0) -> None:
-        """Launch on the CUDA stream whose handle is ``stream`` (another library's, e.g. torch's current)."""
-        kargs = None if shared else self._prepared(block, args)
-        if kargs is None:
-            kargs = self._checked(grid, block, args, shared)
-        try:
-            self.kernel(grid, block, kargs, stream=self.backend.external_stream(stream), shared_mem=shared)
-        except Exception as exc:
-            raise self._failed(grid, block, exc) from None
-
-    def _failed(self, grid: tuple[int, ...], block: tuple[int, ...], exc: Exception) -> LaunchError:
-        return LaunchError(f"launch of kernel {self.name} (grid {grid}, block {block}) failed: "
-                           f"{type(exc).__name__}: {exc}", where=self.filename,
-                           hint="check the grid, block and argument list against the kernel")
-
-    def _allow_shared(self, shared: int) -> None:
-        """Check ``shared`` bytes of dynamic shared memory against the device, and opt in past 48 KiB."""
-        static = self.resources().shared_bytes
-        limit = self.backend.device.shared_limit
-        if static + shared > limit:
-            raise LimitError(f"kernel {self.name} asks for {shared} bytes of dynamic shared memory beside its "
-                             f"{static} static; {self.backend.device.name} allows {limit} per block",
-                             where=self.filename, hint="constrain the parameters that size the shared memory")
-        if static + shared > _STATIC_SHARED_LIMIT and shared > self._dynamic_allowed:
-            self.kernel.max_dynamic_shared_size_bytes = shared
-            self._dynamic_allowed = shared
-
-    def resources(self) -> Resources:
-        if self._resources is None:
-            a = self.kernel.attributes
-            self._resources = Resources(
-                registers=int(a["num_regs"]),
-                shared_bytes=int(a["shared_size_bytes"]),
-                local_bytes=int(a["local_size_bytes"]),
-                max_threads_per_block=int(a["max_threads_per_block"]),
-            )
-            self._limit = self._resources.max_threads_per_block
-        return self._resources
-
-
-@dataclass
 class _Program:
     backend: CudaBackend
     module: Any
     filename: str
     log: str = ""
-    _functions: dict[str, _Function] = field(default_factory=dict)
+    _functions: dict[str, CudaFunction] = field(default_factory=dict)
 
     def constant(self, name: str, array: Any) -> Constant:
         """Copy ``array`` (host or device) into the module's ``__constant__`` variable ``name``."""
@@ -239,7 +138,7 @@ class _Program:
                                    where=self.filename,
                                    hint="declare it extern \"C\" __global__, or pass kernel= to "
                                         "@ktune.target") from None
-            self._functions[name] = _Function(self.backend, kernel, name, self.filename)
+            self._functions[name] = CudaFunction(self.backend, kernel, name, self.filename)
         return self._functions[name]
 
 
@@ -287,7 +186,9 @@ class CudaBackend:
         self._bandwidth: float | None = None
         self._peak: float | None = None
         self.cache_dir: Path | None = None
-        self._streams: dict[int, Any] = {}
+        self.streams: dict[int, Any] = {}  # CuPy streams of other libraries' handles (external_stream)
+        # A device pointer as a kernel argument that CuPy passes as it is (its CIntptr, where it has one).
+        self.pointer: type = getattr(getattr(cp.cuda, "function", None), "CIntptr", np.uint64)
         if compiler_output_wanted():
             # CuPy hands over NVRTC's messages only when it compiles, never for a cached binary: with
             # KTUNE_COMPILER_OUTPUT=1 every program is compiled in this process, and its log kept.
@@ -295,14 +196,14 @@ class CudaBackend:
 
     def external_stream(self, handle: int) -> Any:
         """A CuPy stream object for the CUDA stream ``handle`` (made once per handle)."""
-        stream = self._streams.get(handle)
+        stream = self.streams.get(handle)
         if stream is None:
             cuda = self.cp.cuda
             if hasattr(cuda.Stream, "from_external"):
                 stream = cuda.Stream.from_external(_StreamHandle(handle))
             else:  # CuPy before 14
                 stream = cuda.ExternalStream(handle, self.ordinal)
-            self._streams[handle] = stream
+            self.streams[handle] = stream
         return stream
 
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> _Program:

@@ -41,6 +41,13 @@ class Binder:
                 if all(n in self.defaults for n in rest):
                     self._tails[k] = {n: self.defaults[n] for n in rest}
 
+    def positional_counts(self) -> tuple[int, ...]:
+        """The numbers of positional arguments a call without keywords may give, every parameter taking one
+        and those left out their defaults: then the function takes the call's arguments as they are."""
+        if not self._all_positional:
+            return ()
+        return (*self._tails, len(self.positional))
+
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments by name, defaults filled in; a call that does not fit raises ``TypeError``."""
         if not kwargs and self._all_positional:

@@ -46,14 +46,14 @@ def _refuse(v: Any) -> Any:
 
 
 # What the signature reads of an argument, by its type: arrays' layouts, scalars' values; found once per type.
-_READERS: dict[type, Callable[[Any], Any]] = {
+READERS: dict[type, Callable[[Any], Any]] = {
     int: _value, float: _value, bool: _value, str: _value, type(None): _value,
 }
 
 
 def reader(t: type) -> Callable[[Any], Any]:
     """What the signature reads of an argument of type ``t``."""
-    found = _READERS.get(t)
+    found = READERS.get(t)
     if found is not None:
         return found
     mod = t.__module__
@@ -69,7 +69,7 @@ def reader(t: type) -> Callable[[Any], Any]:
         found = _value
     else:  # a host array, a tuple, an object: nothing the cache can compare cheaply
         found = _refuse
-    _READERS[t] = found
+    READERS[t] = found
     return found
 
 
@@ -82,7 +82,7 @@ class Signature:
     def __call__(self, bound: Mapping[str, Any]) -> tuple[Any, ...]:
         """The call's signature; ``Uncacheable`` (or ``AttributeError``) for a call that has none."""
         parts: list[Any] = []
-        readers = _READERS
+        readers = READERS
         for name in self.names:
             v = bound.get(name)
             t = type(v)

@@ -3,7 +3,7 @@
 One ``ProductionKernel`` per route, key, defines and parameters is reused by every call: it records no
 launches (``launches`` counts them), allocates its outputs through its route, and hands a launch of one
 rank without dynamic shared memory straight to the route; the backend's function checks the block and
-prepares the arguments once (``backends.cuda._Function`` and ``backends.opencl_launch.Function``).
+prepares the arguments once (``backends.cuda_launch.CudaFunction`` and ``backends.opencl_launch.Function``).
 """
 
 from __future__ import annotations

@@ -46,6 +46,10 @@ class NativeRoute:
     def view(plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
         return bound
 
+    @staticmethod
+    def view_args(plan: Checks, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return args
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__
         return self.backend.empty(shape, dtype)
 

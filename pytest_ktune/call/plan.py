@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from time import monotonic
 from typing import Any
 
 import numpy as np
 
 from pytest_ktune.call.binding import Binder, Caller, array_arguments
-from pytest_ktune.call.dispatch import LIMIT, Signature, Uncacheable, checking, read_by
+from pytest_ktune.call.dispatch import LIMIT, READERS, Signature, Uncacheable, checking, read_by, reader
 from pytest_ktune.call.kernel import Entry, ProductionKernel
 from pytest_ktune.call.native import route_for, router
 from pytest_ktune.call.route import Route
@@ -30,6 +31,7 @@ from pytest_ktune.core.target import Target
 from pytest_ktune.measure.runtime import compile_target
 
 _NO_DEFINES: dict[str, Value] = {}
+_NOTHING: dict[str, Any] = {}  # what a route's finish gets for a call it viewed by position
 
 
 class CallPlan:
@@ -48,6 +50,14 @@ class CallPlan:
         read = read_by(takers, [n for n in self.binder.order if n not in declared])
         # No declared array: the device is found among any arguments, which no signature covers.
         self.signature = Signature([*self.array_names, *read]) if target.key_cache and declared else None
+        # A call of k positional arguments and no keywords (the common one) has a signature of k and the
+        # arguments at these positions: those left out are the defaults, the same in every such call.
+        self._positions: dict[int, tuple[int, ...]] = {}
+        if self.signature is not None:
+            names = set(self.signature.names)
+            for k in self.binder.positional_counts():
+                self._positions[k] = tuple(i for i, n in enumerate(self.binder.positional[:k]) if n in names)
+        self.array_positions = tuple(i for i, n in enumerate(self.binder.positional) if n in declared)
         self._dispatch: dict[tuple[Any, ...], Entry] = {}
         self._entries: dict[tuple[Any, ...], Entry] = {}  # by route, key and defines
         self._file: ParamsFile | None = None
@@ -57,10 +67,44 @@ class CallPlan:
 
     # -- the call ----------------------------------------------------------------------------------------
     def __call__(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        bound = self.binder.bind(args, kwargs)
         pf = self._file
-        if pf is None or pf.due():
+        if pf is None or monotonic() >= pf.next_check:
             pf = self._check_file()
+        if kwargs or (positions := self._positions.get(len(args))) is None:
+            return self._call(args, kwargs, pf, None)
+        # Positional arguments: the signature is read from them, and a signature seen before (with the params
+        # file as it was, and the debug check off) calls the function with them as they are, or as the
+        # route views them.
+        parts: list[Any] = [len(args)]
+        readers = READERS
+        try:
+            for i in positions:
+                v = args[i]
+                t = type(v)
+                parts.append(t)
+                parts.append((readers.get(t) or reader(t))(v))
+            sig = tuple(parts)
+            entry = self._dispatch.get(sig)
+        except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all
+            return self._call(args, kwargs, pf, None)
+        if entry is None or entry.generation != pf.generation or not entry.launched or self.checking:
+            return self._call(args, kwargs, pf, sig)
+        route = entry.route
+        try:
+            if route.native:
+                return self.target.fn(entry.kernel, *args)
+            seen = route.view_args(self, args)
+            if seen is None:  # the route looks at this call as a whole (and names what is wrong with it)
+                return self._call(args, kwargs, pf, None)
+            return route.finish(self.target.fn(entry.kernel, *seen), _NOTHING, _NOTHING)
+        except (CompileError, LaunchError) as exc:
+            raise self._named(exc) from None
+
+    def _call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], pf: ParamsFile,
+              by_position: tuple[Any, ...] | None) -> Any:
+        """A call by name: bound to the function's parameters; ``by_position`` is its positional signature,
+        under which the entry is kept too."""
+        bound = self.binder.bind(args, kwargs)
         entry = None
         sig = None
         if self.signature is not None:
@@ -91,6 +135,8 @@ class CallPlan:
                 raise KtuneError("the function returned without launching a kernel", where=self.target.where,
                                  hint="call kernel.launch(grid, block, args) in it")
             entry.launched = True
+        if by_position is not None and sig is not None:
+            self._remember(by_position, entry)
         return result if route.native else route.finish(result, bound, seen)
 
     def _first(self, sig: tuple[Any, ...] | None, bound: dict[str, Any],
@@ -105,10 +151,13 @@ class CallPlan:
         if entry is None or (entry.generation != pf.generation and not route.capturing()):
             entry = self._resolve(key, defines, route, pf)
         if sig is not None:
-            if len(self._dispatch) >= LIMIT:
-                self._dispatch.clear()
-            self._dispatch[sig] = entry
+            self._remember(sig, entry)
         return entry, seen
+
+    def _remember(self, sig: tuple[Any, ...], entry: Entry) -> None:
+        if len(self._dispatch) >= LIMIT:
+            self._dispatch.clear()
+        self._dispatch[sig] = entry
 
     def _route(self, bound: Mapping[str, Any]) -> Route:
         for name in self.array_names:

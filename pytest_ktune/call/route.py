@@ -20,6 +20,8 @@ class Checks(Protocol):
     target: Target
     # (name, the dtypes the cases declare for it, whether it must be contiguous), in signature order
     arrays: tuple[tuple[str, frozenset[np.dtype[Any]], bool], ...]
+    # the positions of the declared arrays among the function's positional parameters (``view_args``)
+    array_positions: tuple[int, ...]
 
     def bad_argument(self, name: str, what: str, hint: str) -> KtuneError: ...
 
@@ -43,6 +45,14 @@ class Route(Protocol):
     def view(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
         """``prepare`` for a call whose signature the cache knows: its arrays were checked by the first call
         of that signature, so only what cannot be in a signature is looked at (torch's current device)."""
+        ...
+
+    def view_args(self, plan: Checks, args: tuple[Any, ...]) -> Sequence[Any] | None:
+        """``view`` for a call of positional arguments only (``args``, in the function's order; those left out
+        take their defaults) whose signature the cache knows: the arguments the function sees, in that order.
+        None where the call must go the way of ``view`` instead, which names what is wrong with it; a route
+        that needs the call by name (its ``finish`` reads ``bound`` and ``seen``) always answers None, and the
+        ``finish`` of a call it viewed gets empty ones."""
         ...
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:

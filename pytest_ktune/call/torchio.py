@@ -65,9 +65,11 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any] | None:
 
 
 class TorchArray(Shaped):
-    """A torch tensor as a target's function sees it: numpy's dtype, the tensor's shape; ``.tensor`` is it."""
+    """A torch tensor as a target's function sees it: numpy's dtype, the tensor's shape; ``.tensor`` is it.
+    On the CUDA route ``ptr`` is its device pointer as the kernel takes it, made with the view."""
 
-    __slots__ = ("dtype", "shape", "tensor")
+    __slots__ = ("dtype", "ptr", "shape", "tensor")
+    ptr: Any
 
     def __init__(self, tensor: Tensor, dtype: np.dtype[Any]) -> None:
         self.tensor = tensor
@@ -107,6 +109,20 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+_new = object.__new__
+
+
+def _array(t: Tensor, dtype: np.dtype[Any], pointer: type) -> TorchArray:
+    """The view of a CUDA tensor, with its pointer (made without ``__init__``: the views of a call are built
+    on every call)."""
+    a: TorchArray = _new(TorchArray)
+    a.tensor = t
+    a.shape = t.shape
+    a.dtype = dtype
+    a.ptr = pointer(t.data_ptr())
+    return a
+
+
 def _where(t: Tensor) -> str:
     return str(t.device)
 
@@ -135,10 +151,15 @@ class TorchCudaRoute:
         self.backend = backend
         self.ordinal = ordinal
         self.device = torch.device("cuda", ordinal)
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        self._stream = raw if raw is not None else (lambda i: torch.cuda.current_stream(i).cuda_stream)
+        # torch's own accessors of the current device and stream (what torch.cuda's functions and Inductor's
+        # generated code call): a C call each, no Stream object; torch.cuda's where a build has none.
+        c = torch._C
+        self._stream = getattr(c, "_cuda_getCurrentRawStream", None) or (
+            lambda i: torch.cuda.current_stream(i).cuda_stream)
+        self._current = getattr(c, "_cuda_getDevice", None) or torch.cuda.current_device  # no lazy-init check
+        self._capturing = getattr(c, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+        self._pointer: type = getattr(backend, "pointer", np.uint64)  # CuPy's CIntptr: passed as it is
         self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
-        self._current = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)  # no lazy-init check
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -151,8 +172,8 @@ class TorchCudaRoute:
                 raise plan.bad_argument(
                     name, f"is on {_where(t)}, while the call runs on cuda:{ordinal} (its first tensor's device)",
                     f"move {name} there first ({name}.to('cuda:{ordinal}')); a kernel reads only its own GPU's memory")
-            seen[name] = _view(plan, name, t, contiguous, allowed)
-        current = torch.cuda.current_device()
+            seen[name] = _array(t, _view(plan, name, t, contiguous, allowed).dtype, self._pointer)
+        current = torch.cuda.current_device()  # which initialises torch's CUDA state on a first call
         if current != ordinal:
             first = next(n for n, _, _ in plan.arrays if bound.get(n) is not None)
             raise plan.bad_argument(first, f"is on cuda:{ordinal}, which is not the current device (cuda:{current})",
@@ -169,44 +190,70 @@ class TorchCudaRoute:
         for name, _allowed, _contiguous in plan.arrays:
             t = bound.get(name)
             if t is not None:
-                seen[name] = TorchArray(t, NUMPY_OF[t.dtype])
+                seen[name] = _array(t, NUMPY_OF[t.dtype], self._pointer)
+        return seen
+
+    def view_args(self, plan: CallPlan, args: tuple[Any, ...]) -> list[Any] | None:
+        if self._current() != self.ordinal:
+            return None  # ``view`` names the argument and the device
+        seen = list(args)
+        n = len(seen)
+        pointer, numpy_of = self._pointer, NUMPY_OF
+        for i in plan.array_positions:
+            if i < n and (t := seen[i]) is not None:
+                a = _new(TorchArray)
+                a.tensor = t
+                a.shape = t.shape
+                a.dtype = numpy_of[t.dtype]
+                a.ptr = pointer(t.data_ptr())
+                seen[i] = a
         return seen
 
     def empty(self, shape: Sequence[int], dtype: Any) -> TorchArray:
         pair = self._dtypes.get(dtype)
         if pair is None:
             pair = self._dtypes[dtype] = _pair(dtype)
-        return TorchArray(torch.empty(shape, dtype=pair[1], device=self.device), pair[0])
+        t = torch.empty(shape, dtype=pair[1], device=self.device)
+        a: TorchArray = _new(TorchArray)
+        a.tensor = t
+        a.shape = t.shape
+        a.dtype = pair[0]
+        a.ptr = self._pointer(t.data_ptr())
+        return a
 
     def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                shared: int = 0) -> None:
-        launch_on_stream = getattr(fn, "launch_on_stream", None)
-        if launch_on_stream is None:
+        # Each tensor as its device pointer (a view's, made with it); the CUDA backend's function takes a
+        # launch like its last checked one without checks or conversions.
+        try:
+            on_stream = fn.launch_on_stream  # type: ignore[attr-defined]
+            pointer = self._pointer
+            pointers = tuple([a.ptr if type(a) is TorchArray else pointer(a.data_ptr()) if isinstance(a, Tensor)
+                              else a for a in args])
+        except AttributeError:  # another backend's function, or arrays that are not this route's views
+            pointers = self._pointers(fn, args)
+            on_stream = fn.launch_on_stream  # type: ignore[attr-defined]
+        on_stream(grid, block, pointers, self._stream(self.ordinal), shared)
+
+    def _pointers(self, fn: KernelFunction, args: Sequence[Any]) -> tuple[Any, ...]:
+        if not hasattr(fn, "launch_on_stream"):
             raise KtuneError(f"the {self.backend.name} backend cannot launch on torch's stream",
                              hint="pass CuPy arrays to this backend, or use the built-in cuda backend")
-        # Each tensor as its device pointer (numpy's uint64, which CuPy passes as it is); the CUDA backend's
-        # function takes a launch like its last checked one without checks or conversions.
-        pointers = tuple([_pointer(a) for a in args])
-        if shared:
-            launch_on_stream(grid, block, pointers, self._stream(self.ordinal), shared=shared)
-        else:
-            launch_on_stream(grid, block, pointers, self._stream(self.ordinal))
+        return tuple([_pointer(a, self._pointer) for a in args])
 
     @staticmethod
     def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
-        return unwrap(result)
+        return result.tensor if type(result) is TorchArray else unwrap(result)
 
-    @staticmethod
-    def capturing() -> bool:
-        return bool(torch.cuda.is_current_stream_capturing())
+    def capturing(self) -> bool:
+        return bool(self._capturing())
 
 
-def _pointer(a: Any) -> Any:
-    t = type(a)
-    if t is TorchArray:
-        return np.uint64(a.tensor.data_ptr())
-    if t is Tensor or isinstance(a, Tensor):
-        return np.uint64(a.data_ptr())
+def _pointer(a: Any, pointer: type) -> Any:
+    if isinstance(a, TorchArray):
+        return pointer(a.tensor.data_ptr())
+    if isinstance(a, Tensor):
+        return pointer(a.data_ptr())
     return a
 
 
@@ -235,6 +282,10 @@ class TorchHostRoute:
         self.empty = backend.empty
         self.launch = launch
         self.view = self.prepare  # the copies are made on every call
+
+    @staticmethod
+    def view_args(plan: CallPlan, args: tuple[Any, ...]) -> None:
+        return None  # its finish copies back by name
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)

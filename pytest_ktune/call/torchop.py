@@ -83,15 +83,19 @@ class TorchOp:
         # function, the version bump of mutated arguments, an aliasing check of the result, a dynamo guard),
         # where this registers the implementation itself for every device; the fake implementation is only
         # run by tracing.
+        # A target whose every output is fresh is its own implementation: what the dispatcher calls (from
+        # eager code and from Inductor's generated code alike) is the production call, with no frame between.
+        impl = target if self._fresh_only else self._impl
         try:
             lib = torch.library.Library(namespace, "FRAGMENT")
             lib.define(f"{name}{self.schema}")
-            lib.impl(name, self._impl, "CompositeExplicitAutograd")
+            lib.impl(name, impl, "CompositeExplicitAutograd")
             torch.library.register_fake(self.qualname, self._fake, lib=lib)
         except (RuntimeError, ValueError) as exc:
             raise KtuneError(f"torch.library cannot register {self.qualname} ({self.schema}): {exc}",
                              where=target.where, hint="pass ktune.torch_op(target, name=...) another name") from None
         self.library = lib  # the registration lasts as long as this object holds it
+        # Called as it is, the OpOverload (whose one frame calls the dispatcher): that is what dynamo traces.
         self.op = getattr(getattr(torch.ops, namespace), name).default
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -49,18 +49,18 @@ class ParamsFile:
         self.store: Store | None = None
         self._stamp: Stamp | None = None
         self._warned: object = _NEVER  # the stamp last warned about (None: a file that is gone)
-        self._next = 0.0
+        self.next_check = 0.0  # time.monotonic() of the next look at the file (``due``)
         self._lock = threading.Lock()
         self._read_first()
 
     def check_every(self, seconds: float) -> None:
         """Look at the file at most every ``seconds`` from now on (0: at every call)."""
         self.interval = seconds
-        self._next = time.monotonic() + seconds
+        self.next_check = time.monotonic() + seconds
 
     def due(self) -> bool:
         """Whether the next check of the file is due (the only thing a call does most of the time)."""
-        return time.monotonic() >= self._next
+        return time.monotonic() >= self.next_check
 
     def find(self, target: str, device: str, key: Mapping[str, Any]) -> Record | None:
         """The record for this target, device and key in the file as last read; None where there is none."""
@@ -69,7 +69,7 @@ class ParamsFile:
 
     def _read_first(self) -> None:
         self._stamp = _stamp(self.path)
-        self._next = time.monotonic() + self.interval
+        self.next_check = time.monotonic() + self.interval
         if self._stamp is None:
             return
         try:
@@ -80,7 +80,7 @@ class ParamsFile:
     def refresh(self, *, force: bool = False) -> bool:
         """Read the file again if it changed since the last read; whether what it says changed."""
         with self._lock:
-            self._next = time.monotonic() + self.interval
+            self.next_check = time.monotonic() + self.interval
             stamp = _stamp(self.path)
             if stamp == self._stamp and not force:
                 return False

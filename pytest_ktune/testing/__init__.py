@@ -13,6 +13,8 @@ backend, subclass it in a test module and give it a ``backend`` fixture::
             return create("opencl")
 
 ``openai_stub`` serves scripted chat completions on a loopback port, for tests of the agent.
+``fake_cuda`` stands in for CuPy and for torch's CUDA tensors, to run the CUDA routes of production calls
+without a GPU.
 
 May import: every layer below the skins; it sits beside them, for users' own test suites.
 """

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pytest_ktune.backends.base import Constant, Resources
-from pytest_ktune.backends.cuda import _Function as CudaFunction
+from pytest_ktune.backends.cuda_launch import CudaFunction
 from pytest_ktune.core.errors import LimitError
 
 
@@ -28,8 +28,8 @@ class _RawKernel:
 def _cuda_function(monkeypatch: pytest.MonkeyPatch) -> tuple[CudaFunction, _RawKernel, list[int]]:
     raw = _RawKernel()
     backend = SimpleNamespace(device=SimpleNamespace(name="a GPU", shared_limit=48 << 10),
-                              external_stream=lambda handle: f"stream {handle}")
-    fn = CudaFunction(backend, raw, "k", "k.cu")  # type: ignore[arg-type]
+                              external_stream=lambda handle: f"stream {handle}", streams={})
+    fn = CudaFunction(backend, raw, "k", "k.cu")
     fn._resources = Resources(registers=32, shared_bytes=0, local_bytes=0, max_threads_per_block=256)
     fn._limit = 256
     checks: list[int] = []
@@ -61,13 +61,18 @@ def test_a_cuda_launch_that_differs_is_checked_and_converted(monkeypatch: pytest
     fn.launch((1,), (128,), [x, np.int32(4)])
     fn.launch((1,), (128,), [x, 4])  # a Python int: the kernel takes an int32, as the checked way gives it
     assert type(raw.calls[-1][2][1]) is np.int32
-    fn.launch((1,), (128,), [x, 5])  # Python scalars are converted on every launch
+    fn.launch((1,), (128,), [x, 5])  # like the last checked launch: converted at its place, not checked again
     assert type(raw.calls[-1][2][1]) is np.int32 and raw.calls[-1][2][1] == 5
+    assert len(checks) == 2
+    fn.launch((1,), (128,), [x, 2.5, 3])  # a float becomes a float32
+    fn.launch((1,), (128,), [x, 0.5, 7])
+    assert [type(a) for a in raw.calls[-1][2][1:]] == [np.float32, np.int32] and raw.calls[-1][2][1:] == (0.5, 7)
     fn.launch((1,), (128,), [x, Constant("table", 16), np.int32(4)])  # a constant is left out
     assert len(raw.calls[-1][2]) == 2
+    fn.launch((1,), (128,), [x, Constant("table", 16), np.int32(4)])  # and checked every time
     with pytest.raises(LimitError, match="512 threads per block"):
         fn.launch((1,), (512,), [x, np.int32(4)])
-    assert len(checks) == 5
+    assert len(checks) == 6
 
 
 def test_an_opencl_launch_like_the_last_one_computes_the_same_and_a_bad_block_is_still_refused() -> None:

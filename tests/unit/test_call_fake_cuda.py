@@ -1,0 +1,178 @@
+"""The CUDA routes of production calls without a GPU (``pytest_ktune.testing.fake_cuda``): on CuPy arrays and on
+torch tensors a cached call launches the kernel with the right grid, block, pointers and stream, in a bounded
+number of Python calls, and bad arguments are still refused naming the target and the argument."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.testing import fake_cuda
+
+from . import _prod
+
+MODULE = '''
+import numpy as np
+import ktune
+
+KEYS = [0]
+
+
+def _key(x, alpha=1.0):
+    KEYS[0] += 1
+    return {"N": x.shape[-1], "dtype": x.dtype.name, "alpha": alpha}
+
+
+@ktune.target(
+    sources={"cuda": "kernels.cu"},
+    space=ktune.Space(BLOCK=[64, 128]),
+    default={"BLOCK": 128},
+    key=_key,
+    cases=[ktune.Case(x=ktune.Tensor((4, 256), "float16"), w=ktune.Tensor((256,), "float16"), alpha=1.0)],
+    reference=lambda x, w, alpha: x * w * alpha,
+)
+def scale(kernel, x, w, alpha=1.0):
+    rows, n = x.shape
+    out = kernel.empty_like(x)
+    kernel.launch(grid=rows, block=kernel["BLOCK"], args=[out, x, w, np.int32(n), np.float32(alpha)])
+    return out
+'''
+
+
+@pytest.fixture
+def fake() -> Iterator[ModuleType]:
+    with fake_cuda.installed() as cp:
+        yield cp
+
+
+def _module(tmp_path: Path, name: str) -> Any:
+    module = _prod.load(tmp_path, name, MODULE)
+    (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
+    return module
+
+
+def _function(module: Any) -> Any:
+    """The fake CuPy function the target's kernel launches."""
+    (entry,) = {id(e): e for e in module.scale._plan._dispatch.values()}.values()
+    return entry.kernel._fn.kernel.kernel
+
+
+def _python_calls(call: Callable[[], Any]) -> int:
+    """Python frames one call runs, less the fake CuPy's own (which stand for CuPy's C)."""
+    count = [0]
+    fake_file = fake_cuda.__file__
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename != fake_file:
+            count[0] += 1
+
+    sys.setprofile(hook)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return count[0] - 1  # the lambda
+
+
+def test_a_cached_call_on_cupy_arrays_launches_cupys_function_with_the_callers_arrays(
+        tmp_path: Path, fake: Any) -> None:
+    module = _module(tmp_path, "fake_cuda_a")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    fn = _function(module)
+    for alpha in (1.0, 1.0, 2.0, 2.0):
+        before = fn.calls
+        out = module.scale(x, w, alpha)
+        assert fn.calls == before + 1
+        launch = fn.last
+        assert launch.grid == (4,) and launch.block == (128,)
+        assert launch.args[0] is out and launch.args[1] is x and launch.args[2] is w
+        assert launch.args[3] == 256 and launch.args[4] == np.float32(alpha)
+        assert out.shape == (4, 256) and out.dtype == np.float16
+    assert module.KEYS[0] == 2  # once per signature: alpha 1.0, alpha 2.0
+    assert _python_calls(lambda: module.scale(x, w)) <= 8
+
+
+def test_a_cached_call_on_torch_tensors_passes_their_pointers_on_torchs_current_stream(
+        tmp_path: Path, fake: Any) -> None:
+    torch = pytest.importorskip("torch")
+    module = _module(tmp_path, "fake_cuda_b")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    first = module.scale(x, w)
+    fn = _function(module)
+    for _ in range(3):
+        out = module.scale(x, w)
+        assert isinstance(out, torch.Tensor) and out.shape == (4, 256) and out.dtype == torch.float16
+        assert out is not first
+        launch = fn.last
+        pointers = [a.val for a in launch.args[:3]]
+        assert pointers == [out.data_ptr(), x.data_ptr(), w.data_ptr()]
+        assert launch.stream.ptr == fake_cuda.STREAM and launch.block == (128,)
+    assert module.KEYS[0] == 1
+    assert _python_calls(lambda: module.scale(x, w)) <= 15
+
+
+def test_bad_arguments_after_good_calls_are_refused_naming_the_argument(tmp_path: Path, fake: Any) -> None:
+    torch = pytest.importorskip("torch")
+    module = _module(tmp_path, "fake_cuda_c")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    for _ in range(3):
+        module.scale(x, w)
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: module.scale(fake_cuda.cuda_tensor(torch.ones((4, 256))), w), "argument x has dtype float32"),
+        (lambda: module.scale(fake_cuda.cuda_tensor(torch.ones((4, 512), dtype=torch.float16)[:, ::2]), w),
+         "argument x is not contiguous"),
+        (lambda: module.scale(x, torch.ones((256,), dtype=torch.float16)), "argument w is on cpu"),
+        (lambda: module.scale(x, fake.empty((256,), np.float16)), "argument w is a cupy.ndarray"),
+        (lambda: module.scale(fake.empty((4, 256), np.float16), w), "argument w is a torch"),
+    ]
+    for call, message in cases:
+        with pytest.raises(KtuneError) as err:
+            call()
+        assert message in str(err.value) and "target scale" in str(err.value)
+    module.scale(x, w)  # and the good call still runs
+
+
+def test_a_change_of_torchs_current_device_is_caught_on_a_cached_signature(tmp_path: Path, fake: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    module = _module(tmp_path, "fake_cuda_d")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    module.scale(x, w)
+    module.scale(x, w)
+    route = next(iter(module.scale._plan._dispatch.values())).route
+    monkeypatch.setattr(route, "_current", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    with pytest.raises(KtuneError, match=r"argument x is on cuda:0, which is not the current device \(cuda:1\)"):
+        module.scale(x, w)
+
+
+def test_a_launch_on_another_current_device_goes_through_the_rawkernel(tmp_path: Path, fake: Any,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _module(tmp_path, "fake_cuda_e")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    entry = next(iter(module.scale._plan._dispatch.values()))
+    raw = entry.kernel._fn.kernel
+    through: list[int] = []
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        through.append(1)
+        self.kernel(*args[:3])
+
+    monkeypatch.setattr(type(raw), "__call__", counted)
+    module.scale(x, w)
+    assert through == []  # straight to CuPy's function
+    monkeypatch.setattr(entry.kernel._fn, "_device_now", lambda: 1)  # CuPy's current device is another now
+    module.scale(x, w)
+    assert through == [1]  # the RawKernel finds the device's own function
