@@ -56,6 +56,9 @@ class DeviceInfo:
     # gate compares a baseline's timings only with a device of the same identity. '' where a backend
     # reads none: then its ``id`` stands for it.
     identity: str = ""
+    # Kernels run in an interpreter (Triton's, under TRITON_INTERPRET=1), not on the device: its timings say
+    # nothing of a GPU's, so the summary says so and no baseline is recorded from them.
+    interpreted: bool = False
 
     @property
     def shared_limit(self) -> int:
