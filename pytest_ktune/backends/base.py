@@ -378,6 +378,13 @@ def guarded_empty(backend: Backend, shape: Sequence[int], dtype: Any, guard_byte
 
 
 
+def copy_of(backend: Backend, a: Any) -> Any:
+    """A device copy of the device array ``a``: ``backend.copy(a)`` where the backend has one (torch tensors
+    clone), else the array's own ``copy()`` (CuPy's, PyOpenCL's)."""
+    method = getattr(backend, "copy", None)
+    return method(a) if method is not None else a.copy()
+
+
 BackendFactory = Callable[[], Backend]
 
 

@@ -238,6 +238,10 @@ class TritonBackend:
             out.fill_(float(value) if isinstance(value, float) else int(value))
         return out
 
+    def copy(self, a: Any) -> Any:
+        """A device copy of the tensor ``a`` (``base.copy_of``)."""
+        return a.clone()
+
     def owns(self, obj: Any) -> bool:
         return isinstance(obj, self.torch.Tensor)
 
