@@ -84,9 +84,13 @@ class TritonFunction:
         self.filename = filename
         self.compiled: Any = None  # what the first launch returned (Triton's CompiledKernel on a GPU)
         self._errors = backend.errors
+        self._max_threads = backend.device.max_threads_per_block
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
         """``jit[grid](*args, **constexprs, num_warps=..., ...)``; ``block`` is Triton's own (num_warps)."""
+        if block[0] > self._max_threads:
+            raise LimitError(f"{self.name}: {block[0]} threads per program; the device allows {self._max_threads}",
+                             where=self.filename, hint="lower num_warps")
         values = [a.item() if isinstance(a, np.generic) else a for a in args]
         try:
             compiled = self.jit[grid](*values, **self.kwargs)
@@ -290,7 +294,8 @@ def _interpreter_device(compiler: str) -> DeviceInfo:
         memory = 8 << 30
     return DeviceInfo(backend="triton", name="Triton interpreter (CPU)", arch="interpreter",
                       compiler=f"{compiler} (interpreter)", compute_units=cores, max_threads_per_block=1 << 16,
-                      shared_mem_per_block=0, regs_per_block=0, l2_bytes=8 << 20, global_mem_bytes=int(memory),
+                      # the interpreter has no shared memory of its own to run out of: a limit nothing reaches
+                      shared_mem_per_block=1 << 30, regs_per_block=0, l2_bytes=8 << 20, global_mem_bytes=int(memory),
                       warp_size=32, kind="cpu", interpreted=True)
 
 
