@@ -158,16 +158,16 @@ def _layout(op: TorchOp, target: Target) -> tuple[list[Leaf], bool]:
         bound[k] = torch.empty(v.shape, dtype=TORCH_OF[v.dtype], device="meta") if isinstance(v, Tensor) else v
     full = op._binder.bind((), bound)
     result = _run_fake(target, full)
-    single = isinstance(result, TorchArray)
+    single = isinstance(result, (TorchArray, torch.Tensor))  # a Triton target's function returns tensors
     leaves = (result,) if single else result
-    if not isinstance(leaves, tuple) or not all(isinstance(x, TorchArray) for x in leaves):
+    if not isinstance(leaves, tuple) or not all(isinstance(x, (TorchArray, torch.Tensor)) for x in leaves):
         raise KtuneError("ktune.torch_op needs a target that returns a tensor or a tuple of tensors",
                          where=target.where, hint="return the outputs as a tuple")
     by_id = {id(v): k for k, v in full.items() if isinstance(v, torch.Tensor)}
     layout: list[Leaf] = []
     fresh = 0
     for leaf in leaves:
-        name = by_id.get(id(leaf.tensor))
+        name = by_id.get(id(leaf.tensor if isinstance(leaf, TorchArray) else leaf))
         if name is None:
             layout.append(("out", fresh))
             fresh += 1
