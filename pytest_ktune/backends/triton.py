@@ -195,6 +195,7 @@ class TritonBackend:
 
     def __init__(self) -> None:
         self.triton, self.torch = triton, torch = _modules()
+        self._torch_dtype = torch.dtype
         self.errors = _Errors()
         self.cache_dir: Path | None = None
         self._bandwidth: float | None = None
@@ -233,6 +234,8 @@ class TritonBackend:
         return to_numpy(a)
 
     def empty(self, shape: Sequence[int], dtype: Any, *, poison: bool = False) -> Any:
+        if not poison and type(dtype) is self._torch_dtype:  # a production call's output: torch's own dtype
+            return self.torch.empty(shape, dtype=dtype, device=self.device_obj)
         from pytest_ktune.backends.torch_dtypes import pair
 
         np_dt, torch_dt = pair(dtype)
