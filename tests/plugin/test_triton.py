@@ -118,3 +118,13 @@ def test_a_slower_jit_module_is_timed_ab_against_the_commit_s_whole_target(mixed
     assert summary_rows(result)["double", "n4k"][-1] == "REGRESSION"
     message = failure_section(result, "double::perf[n4k]")
     assert "same-run A/B against HEAD (" in message and "launcher module tkernels.py changed" in message
+
+
+def test_a_tune_in_the_interpreter_writes_its_parameters_and_no_baseline(mixed: Project) -> None:
+    result = mixed.run("--ktune-backend", "triton", "--ktune-tune", "--ktune-trials", "3", "--ktune-write", "file",
+                       "-k", "double")
+    assert result.ret == 0, result.stdout.str()
+    (record,) = [r for r in mixed.records() if r["target"].endswith("::double")]
+    assert record["device"] == "Triton interpreter (CPU) [triton]"
+    assert record.get("baseline") is None and record["tuned"]["trials"] >= 1
+    assert set(record["params"]) == {"BLOCK", "num_warps"}
