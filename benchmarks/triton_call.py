@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_ktune import backends
 
     backend = backends.create("triton")
-    device = backend.device_obj
+    device = getattr(backend, "device_obj", None)  # torch's device of the triton backend
     shapes = [(4, 1024)] if args.quick else [(1, 4096), (64, 4096), (1024, 4096)]
     calls, repeats = (20, 2) if args.quick else (args.calls, args.repeats)
     sync = (lambda: None) if backend.device.interpreted else torch.cuda.synchronize

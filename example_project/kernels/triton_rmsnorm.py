@@ -66,6 +66,6 @@ def _dtype(x: Any) -> str:
 )
 def triton_rmsnorm(kernel: ktune.Kernel, x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     rows, hidden = x.shape
-    y = kernel.empty_like(x)
+    y: torch.Tensor = kernel.empty_like(x)
     kernel.launch(grid=(rows,), args=[x, w, y, hidden, eps])
     return y

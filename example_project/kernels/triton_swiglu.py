@@ -48,6 +48,6 @@ def _case(t: int, inter: int, dtype: str) -> ktune.Case:
 )
 def triton_silu_and_mul(kernel: ktune.Kernel, x: torch.Tensor) -> torch.Tensor:
     rows, inter = x.shape[0], x.shape[1] // 2
-    y = kernel.empty((rows, inter), x.dtype)
+    y: torch.Tensor = kernel.empty((rows, inter), x.dtype)
     kernel.launch(grid=(rows, triton.cdiv(inter, kernel["BLOCK_SIZE"])), args=[x, y, inter])
     return y

@@ -9,19 +9,20 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
 
 from pytest_ktune import CompileError, KtuneError, LaunchError
+from pytest_ktune.backends.triton import TritonFunction
 from pytest_ktune.core.errors import LimitError
 
 torch = pytest.importorskip("torch", reason="the triton backend runs on torch tensors")
 pytest.importorskip("triton", reason="the triton backend needs triton (pip install 'pytest-ktune[triton]')")
 
 KERNELS = '''\
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import triton
@@ -80,8 +81,8 @@ def kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleT
 
 def test_a_jit_function_is_the_source_its_module_the_text(kernels: ModuleType) -> None:
     t = kernels.add_one
-    assert t.sources["triton"] == Path(kernels.__file__).resolve()
-    assert t.source_text("triton") == Path(kernels.__file__).read_text()
+    assert t.sources["triton"] == Path(str(kernels.__file__)).resolve()
+    assert t.source_text("triton") == Path(str(kernels.__file__)).read_text()
     view = t.for_backend("triton")
     assert view.kernel_name == "_add_kernel"  # the jit function's own name, not the launcher's
     assert t.kernel_name == "add_one"
@@ -126,7 +127,7 @@ def test_constexprs_and_launch_options_reach_the_launch_the_rest_stays_the_launc
     np.testing.assert_array_equal(backend.to_host(out), np.arange(1000) + 1)
     (launch,) = launches
     assert launch.grid == (8,) and launch.block == (32,)  # one warp of 32 threads per program
-    assert launch.function.kwargs == {"BLOCK": 128, "SHIFT": 1, "num_warps": 1}
+    assert cast(TritonFunction, launch.function).kwargs == {"BLOCK": 128, "SHIFT": 1, "num_warps": 1}
 
 
 class _Raising:
@@ -147,9 +148,9 @@ def test_out_of_resources_is_a_limit_and_a_compile_error_a_compile_error(kernels
     from triton.runtime.errors import OutOfResources
 
     from pytest_ktune import backends
-    from pytest_ktune.backends.triton import TritonFunction
+    from pytest_ktune.backends.triton import TritonBackend, TritonFunction
 
-    backend = backends.create("triton")
+    backend = cast(TritonBackend, backends.create("triton"))
     limits = TritonFunction(backend, _Raising(OutOfResources(262144, 232448, "shared memory")), "k", {},
                             filename="k.py")
     with pytest.raises(LimitError, match="out of resource: shared memory, Required: 262144"):
@@ -166,9 +167,9 @@ def test_a_kernel_of_a_program_never_declared_is_a_compile_error(kernels: Module
     from pytest_ktune import backends
 
     backend = backends.create("triton")
-    text = Path(kernels.__file__).read_text()
+    text = Path(str(kernels.__file__)).read_text()
     program = backend.compile(text + "\n# a comment changes no program\n", {"BLOCK": 64}, filename="tkernels.py")
-    assert program.function("_add_kernel").jit is kernels._add_kernel
+    assert cast(TritonFunction, program.function("_add_kernel")).jit is kernels._add_kernel
     with pytest.raises(CompileError, match=r"no @triton\.jit function _other declared from this version"):
         program.function("_other")
     with pytest.raises(CompileError, match=r"no @triton\.jit function _add_kernel"):
