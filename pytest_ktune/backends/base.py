@@ -191,6 +191,26 @@ def replay(launch: Launch) -> None:
         launch.function.launch(launch.grid, launch.block, launch.args)
 
 
+def replay_sets(launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
+    """``repeats`` passes over the launch sets, each launch replayed: what a timer times (or captures)."""
+    for _ in range(repeats):
+        for launches in launch_sets:
+            for launch in launches:
+                replay(launch)
+
+
+def wait_timed(end: Any) -> None:
+    """Wait for a timed sample's end ``event``; a LaunchError where a kernel failed while it was timed."""
+    from pytest_ktune.core.errors import LaunchError
+
+    try:
+        end.synchronize()
+    except Exception as exc:
+        raise LaunchError(f"a kernel failed while being timed: {exc}",
+                          hint="run the correctness item first; an illegal memory access leaves the CUDA context "
+                               "unusable for the rest of the process") from None
+
+
 class KernelFunction(Protocol):
     """A compiled kernel entry point."""
 

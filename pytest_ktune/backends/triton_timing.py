@@ -8,15 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_ktune.backends.base import Launch, copy_buffer_bytes, replay
-from pytest_ktune.core.errors import LaunchError
-
-
-def _replay_all(sets: Sequence[Sequence[Launch]], repeats: int) -> None:
-    for _ in range(repeats):
-        for launches in sets:
-            for launch in launches:
-                replay(launch)
+from pytest_ktune.backends.base import Launch, copy_buffer_bytes, replay_sets, wait_timed
 
 
 class TorchGraphTimer:
@@ -38,7 +30,7 @@ class TorchGraphTimer:
         try:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=self.stream):
-                _replay_all(self.sets, repeats)
+                replay_sets(self.sets, repeats)
             self.graph = graph
         except Exception:  # a launch that cannot be captured: time them one by one
             self.graph = None
@@ -54,14 +46,9 @@ class TorchGraphTimer:
             if self.graph is not None:
                 self.graph.replay()
             else:
-                _replay_all(self.sets, self.repeats)
+                replay_sets(self.sets, self.repeats)
             self.end.record(self.stream)
-        try:
-            self.end.synchronize()
-        except Exception as exc:
-            raise LaunchError(f"a kernel failed while being timed: {exc}",
-                              hint="run the correctness item first; an illegal memory access leaves the CUDA "
-                                   "context unusable for the rest of the process") from None
+        wait_timed(self.end)
         return float(self.start.elapsed_time(self.end)) * 1e-3 / self.repeats
 
     def close(self) -> None:
@@ -81,7 +68,7 @@ class HostTimer:
 
     def sample(self, flush: bool) -> float:
         t0 = time.perf_counter()
-        _replay_all(self.sets, self.repeats)
+        replay_sets(self.sets, self.repeats)
         return (time.perf_counter() - t0) / self.repeats
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ from pytest_ktune import backends
 from pytest_ktune.backends.base import Backend, KernelFunction
 from pytest_ktune.backends.torch_dtypes import NUMPY_OF
 from pytest_ktune.backends.torch_dtypes import pair as _pair
-from pytest_ktune.call.route import launch
+from pytest_ktune.call.route import PassThrough, given, launch
 from pytest_ktune.core.case import Shaped
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.target import TRITON
@@ -249,22 +249,16 @@ class TorchHostRoute:
         return False
 
 
-class TritonRoute:
+class TritonRoute(PassThrough):
     """torch tensors on the triton backend, passed as they are: its jit functions take tensors, on torch's
     current stream, and the target's function sees them (and makes its outputs) as torch tensors."""
 
-    native = True
-
     def __init__(self, backend: Backend) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.device = getattr(backend, "device_obj", torch.device("cpu"))
-        self.empty = backend.empty  # type: ignore[method-assign]
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
-        for name, allowed, contiguous in plan.arrays:
-            t = bound.get(name)
-            if t is None:
-                continue
+        for name, t, allowed, contiguous in given(plan, bound):
             _checked(plan, name, t, contiguous, allowed)
             if t.device != self.device:
                 raise plan.bad_argument(name, f"is on {_where(t)}, while the triton backend runs on {self.device}",
@@ -273,20 +267,7 @@ class TritonRoute:
                                             if self.device.type == "cpu" else ""))
         return bound
 
-    @staticmethod
-    def view(plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
-        return bound
-
-    def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__
-        return self.backend.empty(shape, dtype)
-
-    launch = staticmethod(launch)
-
-    @staticmethod
-    def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
-        return result
-
-    def capturing(self) -> bool:
+    def capturing(self) -> bool:  # type: ignore[override]
         return self.device.type == "cuda" and bool(torch.cuda.is_current_stream_capturing())
 
 
