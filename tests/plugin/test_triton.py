@@ -128,3 +128,12 @@ def test_a_tune_in_the_interpreter_writes_its_parameters_and_no_baseline(mixed: 
     assert record["device"] == "Triton interpreter (CPU) [triton]"
     assert record.get("baseline") is None and record["tuned"]["trials"] >= 1
     assert set(record["params"]) == {"BLOCK", "num_warps"}
+
+
+def test_a_configuration_triton_cannot_compile_is_an_infeasible_point_with_its_reason(mixed: Project) -> None:
+    text = TRITON_KERNELS.format(reps=1).replace("BLOCK=[64, 128]", "BLOCK=[64, 100]")  # arange needs 2^k
+    (mixed.path / "tkernels.py").write_text(text.replace('"BLOCK": 128,', '"BLOCK": 64,'))
+    result = mixed.run("--ktune-backend", "triton", "--ktune-tune", "--ktune-trials", "4", "-k", "double")
+    assert result.ret == 0, result.stdout.str()
+    study = next((mixed.path / ".ktune" / "reports").glob("double-*.md")).read_text()
+    assert "infeasible" in study and "arange's range must be a power of 2" in study, study
