@@ -29,7 +29,8 @@ def session_of(config: pytest.Config) -> Session | None:
 
 #: Packages a kernel module may need that only one backend needs: a module that cannot import one of them is
 #: skipped, saying what to install, rather than an error of a run on another backend.
-BACKEND_PACKAGES = {"triton": "pip install 'pytest-ktune[triton]'"}
+BACKEND_PACKAGES = {"triton": "pip install 'pytest-ktune[triton]'",
+                    "torch": "install torch for your platform: Triton kernels run on torch tensors"}
 
 
 class KtuneModule(pytest.Module):
@@ -44,7 +45,7 @@ class KtuneModule(pytest.Module):
             top = (missing or "").partition(".")[0]
             if top in BACKEND_PACKAGES:
                 pytest.skip(f"{self.path.name} needs {top}, which is not installed ({BACKEND_PACKAGES[top]}); "
-                            f"its targets run with --ktune-backend {top}", allow_module_level=True)
+                            "its targets run with --ktune-backend triton", allow_module_level=True)
             raise
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
