@@ -11,11 +11,11 @@ TAIL=4
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
-step tests_triton 60 python3 -m pytest -p no:cacheprovider -q -rs tests/contract/test_triton_contract.py \
+step tests_triton 75 python3 -m pytest -p no:cacheprovider -q -rs tests/contract/test_triton_contract.py \
     tests/unit/test_triton.py tests/plugin/test_triton.py
 step gate_triton 60 python3 benchmarks/gate_cost.py cost --backend triton -k triton_ --runs 2 --label triton \
     --out "$OUT/gate_triton.json"
 step tune_triton_rmsnorm 40 python3 -m pytest_ktune.cli tune example_project triton_rmsnorm --backend triton \
     --key T=1024 --key dtype=float16 --trials 24 --no-write
-step liger 100 python3 benchmarks/triton_liger.py --trials 8 --out "$OUT/triton_liger.json"
+step liger 90 python3 benchmarks/triton_liger.py --trials 8 --out "$OUT/triton_liger.json"
 step call_cost 30 python3 benchmarks/triton_call.py --calls 2000 --repeats 5 --out "$OUT/triton_call.json"

@@ -136,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         from example_project.kernels.triton_rmsnorm import triton_rmsnorm as target
     cases = [target.case_id(c) for c in target.cases]
     rows: list[dict[str, Any]] = []
-    device = ""
     with tempfile.TemporaryDirectory(prefix="ktune-liger-") as tmp:
         root = Path(tmp)
         (root / "pytest.ini").write_text("[pytest]\n")
@@ -144,19 +143,23 @@ def main(argv: list[str] | None = None) -> int:
             (choice,), _ = bench_tuner.choose_keys([target], "triton", f"{target.name}={case_id}")
             print(f"{choice.label}: sweep, then tune", file=sys.stderr, flush=True)
             rows.append(one_key(choice, root, args))
+            met = write(args.out, target.name, rows)  # after every shape: a run stopped early keeps what it did
+    print("\n".join(met))
+    print(f"wrote {common.shown_path(args.out)} and {common.shown_path(args.out.with_suffix('.md'))}")
+    return 0
+
+
+def write(out: Path, name: str, rows: list[dict[str, Any]]) -> list[str]:
+    """The rows so far as JSON and markdown; the goals' lines."""
     from pytest_ktune import backends
 
     dev = backends.create("triton").device
-    device = dev.name
     met = goals(rows)
     data = {"benchmark": "triton_liger", "date": common.now_utc(), "command": common.command_line(),
-            "device": device, "device_id": dev.id, "interpreted": dev.interpreted, "versions": common.versions(),
-            "target": target.name, "liger_kernel": _liger_version(), "rows": rows, "goals": met}
-    md = common.write_results(args.out, data, markdown(rows, f"{target.name}, {device}", dev.interpreted) + "\n\n" +
-                              "\n".join(met))
-    print("\n".join(met))
-    print(f"wrote {common.shown_path(args.out)} and {common.shown_path(md)}")
-    return 0
+            "device": dev.name, "device_id": dev.id, "interpreted": dev.interpreted, "versions": common.versions(),
+            "target": name, "liger_kernel": _liger_version(), "rows": rows, "goals": met}
+    common.write_results(out, data, markdown(rows, f"{name}, {dev.name}", dev.interpreted) + "\n\n" + "\n".join(met))
+    return met
 
 
 def _liger_version() -> str:
