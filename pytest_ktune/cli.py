@@ -104,11 +104,12 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     dash.add_argument("--port", type=int, default=8080, help="the port to listen on (default: 8080)")
     export = sub.add_parser("export", help="the tuned parameters of every target, device and key as a C++17 header "
-                                           "(constexpr tables and a lookup) or JSON, for code built ahead of time")
+                                           "(constexpr tables and a lookup), JSON, or a Python module of dicts "
+                                           "(a Triton user's own dispatch)")
     export.add_argument("targets", nargs="*", metavar="PATH or TARGET", help=_PATHS_HELP)
-    export.add_argument("--format", choices=("header", "json"), default="header",
+    export.add_argument("--format", choices=("header", "json", "python"), default="header",
                         help="header: C++17 (inline constexpr tables, std::string_view), for -std=c++17 or later; "
-                             "json: the same entries as data (default: header)")
+                             "json: the same entries as data; python: DEFAULTS, CONFIGS and lookup() (default: header)")
     export.add_argument("-o", "--out", type=Path, default=None, metavar="PATH",
                         help="the file to write (default: standard output)")
     export.add_argument("--namespace", default="ktune", metavar="NAME",
@@ -324,7 +325,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from pytest_ktune.core.discover import discover, select
     from pytest_ktune.core.files import write_atomic
     from pytest_ktune.core.store import Store
-    from pytest_ktune.report.export import collect, render_header, render_json
+    from pytest_ktune.report.export import collect, render_header, render_json, render_python
 
     path = _params_path(args)
     _say_project(args, path)
@@ -344,8 +345,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                                                          command="ktune export"))
     for ident in [] if args.names or args.within else unknown:
         print(f"ktune export: {ident} is in {path.name}, but no such target is under {root}: left out", file=sys.stderr)
-    text = render_json(exported, path.name) if args.format == "json" else \
-        render_header(exported, path.name, args.namespace)
+    render = {"json": render_json, "python": render_python}.get(args.format)
+    text = render(exported, path.name) if render is not None else render_header(exported, path.name, args.namespace)
     if args.out is None:
         sys.stdout.write(text)
     else:

@@ -27,8 +27,26 @@ def session_of(config: pytest.Config) -> Session | None:
     return config.stash.get(SESSION_KEY, None)
 
 
+#: Packages a kernel module may need that only one backend needs: a module that cannot import one of them is
+#: skipped, saying what to install, rather than an error of a run on another backend.
+BACKEND_PACKAGES = {"triton": "pip install 'pytest-ktune[triton]'",
+                    "torch": "install torch for your platform: Triton kernels run on torch tensors"}
+
+
 class KtuneModule(pytest.Module):
     """A Python file that defines ``@ktune.target`` kernels; one collector per target."""
+
+    def _getobj(self) -> Any:
+        try:
+            return super()._getobj()  # type: ignore[no-untyped-call]
+        except self.CollectError as exc:
+            cause = exc.__context__
+            missing = cause.name if isinstance(cause, ModuleNotFoundError) else None
+            top = (missing or "").partition(".")[0]
+            if top in BACKEND_PACKAGES:
+                pytest.skip(f"{self.path.name} needs {top}, which is not installed ({BACKEND_PACKAGES[top]}); "
+                            "its targets run with --ktune-backend triton", allow_module_level=True)
+            raise
 
     def collect(self) -> Iterator[pytest.Item | pytest.Collector]:
         module = self.obj

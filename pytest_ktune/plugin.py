@@ -97,6 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(
                 f"the {session.settings.backend} backend cannot run: {exc.render()}\n(pass "
                 "--ktune-skip-unavailable to skip the ktune items instead, on a machine without a device)") from None
+    except KtuneError as exc:  # a device that cannot do what the run asks (baselines from an interpreter)
+        session.close()
+        raise pytest.UsageError(exc.render()) from None
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(OutcomeRecorder(session), "ktune-outcomes")
 

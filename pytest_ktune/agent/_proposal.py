@@ -36,8 +36,8 @@ from pytest_ktune.agent._messages import one_line
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.expression import EvaluationError, Expression
 from pytest_ktune.core.launch import cdiv
+from pytest_ktune.core.names import C_BACKENDS
 from pytest_ktune.core.space import Space, Value, checked_expression
-from pytest_ktune.core.target import BACKENDS
 from pytest_ktune.measure.tools import ToolRun
 
 STAGES = ("schema", "sandbox", "space", "compile", "limits", "verify", "crash", "timeout", "tools", "ok")
@@ -229,8 +229,8 @@ class Proposal:
 
     def validate(self) -> None:
         """Raise ProposalError for a field that cannot be used (schema and space, not yet the key)."""
-        if self.backend not in BACKENDS:
-            raise ProposalError(f"backend: {self.backend!r} is not one of {', '.join(BACKENDS)}",
+        if self.backend not in C_BACKENDS:
+            raise ProposalError(f"backend: {self.backend!r} is not one of {', '.join(C_BACKENDS)}",
                                 hint="use cuda or opencl")
         if not self.source.strip():
             raise ProposalError("source: empty", hint="give the whole kernel source")

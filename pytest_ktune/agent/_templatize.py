@@ -24,7 +24,7 @@ from pytest_ktune.agent._sandbox import proposal_target, write_template
 from pytest_ktune.core.discover import discover
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.keys import cases_by_key, key_label
-from pytest_ktune.core.names import AUTO, BACKENDS
+from pytest_ktune.core.names import AUTO, C_BACKENDS
 from pytest_ktune.core.options import DEFAULTS, Options
 from pytest_ktune.core.project import describe, locate
 from pytest_ktune.core.redact import Redactor
@@ -251,7 +251,7 @@ def add_parser(sub: Any, options: Callable[..., None]) -> None:
     p.add_argument("--root", type=Path, default=None, metavar="DIR",
                    help="the project's folder (default: found as pytest finds its rootdir from the kernel file: "
                         "the nearest pytest.ini, pyproject.toml, tox.ini or setup.cfg with pytest settings)")
-    p.add_argument("--backend", default=AUTO, choices=(AUTO, *BACKENDS),
+    p.add_argument("--backend", default=AUTO, choices=(AUTO, *C_BACKENDS),
                    help="auto: from the file's suffix (.cu: cuda, .cl: opencl)")
     p.add_argument("--sample", type=int, default=8,
                    help="configurations checked per proposal besides the default (default 8)")

@@ -1,5 +1,6 @@
-"""Backends: CUDA through CuPy, OpenCL through PyOpenCL (imported lazily), behind the ``Backend``
-Protocol of ``backends.base``; a plugin may add its own (``pytest_ktune_backend``).
+"""Backends: CUDA through CuPy, OpenCL through PyOpenCL, Triton's ``@triton.jit`` on torch tensors (each
+imported lazily), behind the ``Backend`` Protocol of ``backends.base``; a plugin may add its own
+(``pytest_ktune_backend``).
 
 This module keeps one backend per name per process (``create``), knows the built-in factories
 (``builtin_factory``), and finds the backend of a production call's arrays (``backend_for``).
@@ -55,7 +56,7 @@ def resolve(choice: str) -> str:
 
 
 def builtin_factory(name: str) -> BackendFactory | None:
-    """The built-in backend called ``name`` (``cuda``, ``opencl``), as a factory; None for others."""
+    """The built-in backend called ``name`` (``cuda``, ``opencl``, ``triton``), as a factory; None for others."""
     if name == "cuda":
         from pytest_ktune.backends.cuda import CudaBackend
 
@@ -64,6 +65,10 @@ def builtin_factory(name: str) -> BackendFactory | None:
         from pytest_ktune.backends.opencl import OpenCLBackend
 
         return OpenCLBackend
+    if name == "triton":
+        from pytest_ktune.backends.triton import TritonBackend
+
+        return TritonBackend
     return None
 
 
@@ -84,6 +89,10 @@ def device_count(name: str) -> int:
         from pytest_ktune.backends.opencl import device_count as opencl_count
 
         return opencl_count()
+    if name == "triton":
+        from pytest_ktune.backends.triton import device_count as triton_count
+
+        return triton_count()
     return 1
 
 

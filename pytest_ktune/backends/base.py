@@ -65,6 +65,9 @@ class DeviceInfo:
     # gate compares a baseline's timings only with a device of the same identity. '' where a backend
     # reads none: then its ``id`` stands for it.
     identity: str = ""
+    # Kernels run in an interpreter (Triton's, under TRITON_INTERPRET=1), not on the device: its timings say
+    # nothing of a GPU's, so the summary says so and no baseline is recorded from them.
+    interpreted: bool = False
 
     @property
     def shared_limit(self) -> int:
@@ -195,6 +198,26 @@ def replay(launch: Launch) -> None:
                                                              shared=launch.shared)
     else:
         launch.function.launch(launch.grid, launch.block, launch.args)
+
+
+def replay_sets(launch_sets: Sequence[Sequence[Launch]], repeats: int) -> None:
+    """``repeats`` passes over the launch sets, each launch replayed: what a timer times (or captures)."""
+    for _ in range(repeats):
+        for launches in launch_sets:
+            for launch in launches:
+                replay(launch)
+
+
+def wait_timed(end: Any) -> None:
+    """Wait for a timed sample's end ``event``; a LaunchError where a kernel failed while it was timed."""
+    from pytest_ktune.core.errors import LaunchError
+
+    try:
+        end.synchronize()
+    except Exception as exc:
+        raise LaunchError(f"a kernel failed while being timed: {exc}",
+                          hint="run the correctness item first; an illegal memory access leaves the CUDA context "
+                               "unusable for the rest of the process") from None
 
 
 class KernelFunction(Protocol):
@@ -382,6 +405,13 @@ def guarded_empty(backend: Backend, shape: Sequence[int], dtype: Any, guard_byte
     return out
 
 
+
+
+def copy_of(backend: Backend, a: Any) -> Any:
+    """A device copy of the device array ``a``: ``backend.copy(a)`` where the backend has one (torch tensors
+    clone), else the array's own ``copy()`` (CuPy's, PyOpenCL's)."""
+    method = getattr(backend, "copy", None)
+    return method(a) if method is not None else a.copy()
 
 
 BackendFactory = Callable[[], Backend]

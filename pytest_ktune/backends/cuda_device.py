@@ -10,9 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ktune.backends.base import Launch, poison_value, replay
+from pytest_ktune.backends.base import Launch, poison_value, replay_sets, wait_timed
 from pytest_ktune.core.dtypes import is_bfloat16
-from pytest_ktune.core.errors import LaunchError
 
 BF16_NAN = 0x7FC0  # bfloat16's quiet NaN: the poison of a bfloat16 output
 
@@ -93,10 +92,7 @@ class GraphTimer:
             self.mode = "events"
 
     def _replay(self) -> None:
-        for _ in range(self.repeats):
-            for launches in self.sets:
-                for launch in launches:
-                    replay(launch)
+        replay_sets(self.sets, self.repeats)
 
     def sample(self, flush: bool) -> float:
         with self.stream:
@@ -108,12 +104,7 @@ class GraphTimer:
             else:
                 self._replay()
             self.end.record(self.stream)
-        try:
-            self.end.synchronize()
-        except Exception as exc:
-            raise LaunchError(f"a kernel failed while being timed: {exc}",
-                              hint="run the correctness item first; an illegal memory access "
-                                   "leaves the CUDA context unusable for the rest of the process") from None
+        wait_timed(self.end)
         ms = float(self.backend.cp.cuda.get_elapsed_time(self.start, self.end))
         return ms * 1e-3 / self.repeats
 

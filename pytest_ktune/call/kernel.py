@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_ktune.backends.base import Backend, Dim, Program
+from pytest_ktune.backends.base import Backend, Dim, Program, as_dim
 from pytest_ktune.call.route import Route
 from pytest_ktune.core.space import Value
 from pytest_ktune.measure.runtime import Kernel
@@ -28,6 +28,7 @@ class ProductionKernel(Kernel):
         self._fn = program.function(default_name)
         self._launch = route.launch
         self._native = route.native  # a native route launches as the function does: no call in between
+        self._block: tuple[int, ...] | None = getattr(program, "block", None)  # a program that sets its own block
         self.launches = 0
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
@@ -36,10 +37,17 @@ class ProductionKernel(Kernel):
     def empty_like(self, a: Any) -> Any:
         return self._route.empty(a.shape, a.dtype)
 
-    def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None,
+    def launch(self, grid: Dim, block: Dim | None = None, args: Sequence[Any] = (), *, name: str | None = None,
                shared: int | Callable[[Mapping[str, Value]], int] = 0) -> None:
         fn = self._fn if name is None else self.program.function(name)
-        if type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
+        if block is None and self._block is not None and not shared:
+            # a Triton launch: the grid as Triton takes it, the block its program's (num_warps)
+            g = grid if type(grid) is tuple else (grid,) if type(grid) is int else as_dim(grid)
+            if self._native:
+                fn.launch(g, self._block, args)
+            else:
+                self._launch(fn, g, self._block, args)
+        elif type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
             if self._native:
                 fn.launch((grid,), (block,), args)
             else:

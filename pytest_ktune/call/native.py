@@ -3,32 +3,26 @@ OpenCL), passed as they are; torch tensors go to ``call.torchio``, imported only
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from pytest_ktune import backends
 from pytest_ktune.backends.base import Backend
-from pytest_ktune.call.route import Checks, Route, launch
+from pytest_ktune.call.route import Checks, PassThrough, Route, given
 
 
-class NativeRoute:
+class NativeRoute(PassThrough):
     """Arrays of the backend's own kind (CuPy on CUDA, PyOpenCL on OpenCL), passed as they are."""
 
-    native = True
-
     def __init__(self, backend: Backend, array_type: type[Any], queue: Any = None) -> None:
-        self.backend = backend
+        super().__init__(backend)
         self.array_type = array_type
         self.queue = queue  # PyOpenCL: every array of a call must be on the backend's queue
-        self.empty = backend.empty  # type: ignore[method-assign]
 
     def prepare(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
-        for name, allowed, contiguous in plan.arrays:
-            a = bound.get(name)
-            if a is None:
-                continue
+        for name, a, allowed, contiguous in given(plan, bound):
             if type(a) is not self.array_type and not isinstance(a, self.array_type):
                 raise plan.bad_argument(name, f"is a {type(a).__module__}.{type(a).__name__}, while the call's "
                                               f"first array is a {self.array_type.__name__} of {self.backend.name}",
@@ -41,27 +35,6 @@ class NativeRoute:
                 raise plan.bad_argument(name, "is on another OpenCL queue than the call's first array",
                                         "make every array of a call on one queue")
         return bound
-
-    @staticmethod
-    def view(plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
-        return bound
-
-    @staticmethod
-    def view_args(plan: Checks, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        return args
-
-    def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__
-        return self.backend.empty(shape, dtype)
-
-    launch = staticmethod(launch)
-
-    @staticmethod
-    def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
-        return result
-
-    @staticmethod
-    def capturing() -> bool:
-        return False
 
 
 Router = Callable[[Any, Checks, str], Route]

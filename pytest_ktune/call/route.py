@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -73,6 +73,15 @@ class Route(Protocol):
         ...
 
 
+def given(plan: Checks, bound: dict[str, Any]) -> Iterator[tuple[str, Any, frozenset[np.dtype[Any]], bool]]:
+    """The declared array arguments a call gives: name, value, the dtypes declared for it, whether it must be
+    contiguous."""
+    for name, allowed, contiguous in plan.arrays:
+        a = bound.get(name)
+        if a is not None:
+            yield name, a, allowed, contiguous
+
+
 def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
            shared: int = 0) -> None:
     """A launch on the backend's own queue or stream: what a route whose arrays the backend takes does."""
@@ -80,3 +89,35 @@ def launch(fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], ar
         cast(SharedMemoryFunction, fn).launch(grid, block, args, shared=shared)
     else:
         fn.launch(grid, block, args)
+
+
+class PassThrough:
+    """What a route does whose arrays the backend takes as they are (CuPy's and PyOpenCL's, torch tensors on the
+    triton backend): after its own checks (``prepare``), nothing between the call and the backend."""
+
+    native = True
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.empty = backend.empty  # type: ignore[method-assign]
+
+    @staticmethod
+    def view(plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
+        return bound
+
+    @staticmethod
+    def view_args(plan: Checks, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return args
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__
+        return self.backend.empty(shape, dtype)
+
+    launch = staticmethod(launch)
+
+    @staticmethod
+    def finish(result: Any, bound: dict[str, Any], seen: dict[str, Any]) -> Any:
+        return result
+
+    @staticmethod
+    def capturing() -> bool:
+        return False

@@ -27,41 +27,18 @@ import torch
 
 from pytest_ktune import backends
 from pytest_ktune.backends.base import Backend, KernelFunction
-from pytest_ktune.call.route import launch
+from pytest_ktune.backends.torch_dtypes import NUMPY_OF
+from pytest_ktune.backends.torch_dtypes import pair as _pair
+from pytest_ktune.call.route import PassThrough, given, launch
 from pytest_ktune.core.case import Shaped
-from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.errors import KtuneError
+from pytest_ktune.core.target import TRITON
 
 if TYPE_CHECKING:
     from pytest_ktune.call.route import Checks as CallPlan
     from pytest_ktune.call.route import Route
 
 Tensor = torch.Tensor
-
-
-def _dtype_pairs() -> list[tuple[torch.dtype, np.dtype[Any]]]:
-    pairs: list[tuple[torch.dtype, np.dtype[Any]]] = [
-        (torch.float16, np.dtype(np.float16)), (torch.float32, np.dtype(np.float32)),
-        (torch.float64, np.dtype(np.float64)), (torch.int8, np.dtype(np.int8)), (torch.int16, np.dtype(np.int16)),
-        (torch.int32, np.dtype(np.int32)), (torch.int64, np.dtype(np.int64)), (torch.uint8, np.dtype(np.uint8)),
-        (torch.bool, np.dtype(np.bool_))]
-    for name in ("uint16", "uint32", "uint64"):
-        if hasattr(torch, name):
-            pairs.append((getattr(torch, name), np.dtype(name)))
-    import ml_dtypes  # a dependency: numpy's names for bfloat16 and the float8 formats
-
-    for name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
-        if hasattr(torch, name) and hasattr(ml_dtypes, name):
-            pairs.append((getattr(torch, name), np.dtype(getattr(ml_dtypes, name))))
-    return pairs
-
-
-NUMPY_OF: dict[torch.dtype, np.dtype[Any]] = dict(_dtype_pairs())
-TORCH_OF: dict[np.dtype[Any], torch.dtype] = {v: k for k, v in NUMPY_OF.items()}
-
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any] | None:
-    return NUMPY_OF.get(dtype)
 
 
 class TorchArray(Shaped):
@@ -128,6 +105,13 @@ def _where(t: Tensor) -> str:
 
 
 def _view(plan: CallPlan, name: str, t: Any, contiguous: bool, allowed: frozenset[np.dtype[Any]] | None) -> TorchArray:
+    return TorchArray(t, _checked(plan, name, t, contiguous, allowed))
+
+
+def _checked(plan: CallPlan, name: str, t: Any, contiguous: bool,
+             allowed: frozenset[np.dtype[Any]] | None) -> np.dtype[Any]:
+    """The numpy dtype of the tensor ``t``, once it is checked: a tensor, of a dtype the target declares for
+    ``name``, contiguous where the kernel reads it as one block."""
     if not isinstance(t, Tensor):
         raise plan.bad_argument(name, f"is a {type(t).__module__}.{type(t).__name__}, while the call's first array "
                                       "is a torch tensor", "pass every array of a call as a torch tensor")
@@ -139,7 +123,7 @@ def _view(plan: CallPlan, name: str, t: Any, contiguous: bool, allowed: frozense
         raise plan.bad_dtype(name, dt.name, allowed)
     if contiguous and not t.is_contiguous():
         raise plan.not_contiguous(name, tuple(t.shape), tuple(t.stride()))
-    return TorchArray(t, dt)
+    return dt
 
 
 class TorchCudaRoute:
@@ -257,21 +241,6 @@ def _pointer(a: Any, pointer: type) -> Any:
     return a
 
 
-def _pair(spec: Any) -> tuple[np.dtype[Any], torch.dtype]:
-    if isinstance(spec, torch.dtype):
-        np_dt = NUMPY_OF.get(spec)
-        if np_dt is None:
-            raise KtuneError(f"kernel.empty: torch has the dtype {spec}, kernels do not",
-                             hint="allocate outputs with a numpy dtype, e.g. np.float16")
-        return np_dt, spec
-    np_dt = as_dtype(spec)
-    torch_dt = TORCH_OF.get(np_dt)
-    if torch_dt is None:
-        raise KtuneError(f"kernel.empty: torch has no dtype for {np_dt.name}",
-                         hint="allocate outputs of a dtype torch has (float16, bfloat16, float32, int8, ...)")
-    return np_dt, torch_dt
-
-
 class TorchHostRoute:
     """torch CPU tensors on the OpenCL backend, by a copy in and a copy out (for machines without a GPU)."""
 
@@ -331,12 +300,40 @@ class TorchHostRoute:
         return False
 
 
+class TritonRoute(PassThrough):
+    """torch tensors on the triton backend, passed as they are: its jit functions take tensors, on torch's
+    current stream, and the target's function sees them (and makes its outputs) as torch tensors."""
+
+    def __init__(self, backend: Backend) -> None:
+        super().__init__(backend)
+        self.device = getattr(backend, "device_obj", torch.device("cpu"))
+
+    def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
+        for name, t, allowed, contiguous in given(plan, bound):
+            _checked(plan, name, t, contiguous, allowed)
+            if t.device != self.device:
+                raise plan.bad_argument(name, f"is on {_where(t)}, while the triton backend runs on {self.device}",
+                                        f"move the tensors to {self.device}" + (
+                                            " (or unset TRITON_INTERPRET to run on the GPU)"
+                                            if self.device.type == "cpu" else ""))
+        return bound
+
+    def capturing(self) -> bool:  # type: ignore[override]
+        return self.device.type == "cuda" and bool(torch.cuda.is_current_stream_capturing())
+
+
 _CUDA_ROUTES: dict[int, TorchCudaRoute] = {}
 _HOST_ROUTE: list[TorchHostRoute] = []
+_TRITON_ROUTE: list[TritonRoute] = []
 
 
 def route_for(t: Any, plan: CallPlan, name: str) -> Route:
-    """The route of a call whose first array, ``name``, is the torch tensor ``t``."""
+    """The route of a call whose first array, ``name``, is the torch tensor ``t``: the triton backend for a
+    target with a triton source, else the CUDA backend for CUDA tensors and OpenCL for CPU ones."""
+    if TRITON in plan.target.sources:
+        if not _TRITON_ROUTE:
+            _TRITON_ROUTE.append(TritonRoute(backends.create(TRITON)))
+        return _TRITON_ROUTE[0]
     if t.is_cuda:
         ordinal = t.get_device()
         route = _CUDA_ROUTES.get(ordinal)

@@ -23,7 +23,7 @@ from pytest_ktune.call.binding import Binder
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import KtuneError
 from pytest_ktune.core.space import Value
-from pytest_ktune.core.target import Target
+from pytest_ktune.core.target import TRITON, Target
 
 _P = inspect.Parameter
 _SCALARS = {bool: "bool", int: "int", float: "float", str: "str"}
@@ -43,26 +43,29 @@ def _torch() -> Any:
 class FakeKernel:
     """The kernel handle of the fake (meta) implementation: outputs as fake tensors, launches skipped."""
 
-    def __init__(self, params: Mapping[str, Value], device: Any, name: str) -> None:
+    def __init__(self, params: Mapping[str, Value], device: Any, name: str, *, tensors: bool = False) -> None:
         self.params = dict(params)
         self.device = device
         self.default_name = name
         self.backend_name = "fake"
+        self.tensors = tensors  # a Triton target's function: torch tensors in and out, as it sees them
 
     def __getitem__(self, name: str) -> Any:
         return self.params[name]
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
-        from pytest_ktune.call.torchio import TorchArray, _pair
+        from pytest_ktune.backends.torch_dtypes import pair
+        from pytest_ktune.call.torchio import TorchArray
 
-        np_dt, torch_dt = _pair(dtype)
+        np_dt, torch_dt = pair(dtype)
         shp = (shape,) if isinstance(shape, int) else tuple(shape)
-        return TorchArray(_torch().empty(shp, dtype=torch_dt, device=self.device), np_dt)
+        out = _torch().empty(shp, dtype=torch_dt, device=self.device)
+        return out if self.tensors else TorchArray(out, np_dt)
 
     def empty_like(self, a: Any) -> Any:
         return self.empty(tuple(a.shape), a.dtype)
 
-    def launch(self, grid: Any, block: Any, args: Sequence[Any], *, name: str | None = None) -> None:
+    def launch(self, grid: Any, block: Any = None, args: Sequence[Any] = (), *, name: str | None = None) -> None:
         return None
 
 
@@ -125,18 +128,21 @@ class TorchOp:
 
 def _run_fake(target: Target, bound: Mapping[str, Any]) -> Any:
     """The target's function on fake (or meta) tensors, with launches skipped: outputs of the right shapes."""
-    from pytest_ktune.call.torchio import NUMPY_OF, TorchArray
+    from pytest_ktune.backends.torch_dtypes import NUMPY_OF
+    from pytest_ktune.call.torchio import TorchArray
 
     torch = _torch()
+    tensors = TRITON in target.sources  # the function sees torch tensors as they are (call.torchio.TritonRoute)
     device = None
     seen: dict[str, Any] = {}
     for k, v in bound.items():
         if isinstance(v, torch.Tensor):
             device = v.device if device is None else device
-            seen[k] = TorchArray(v, NUMPY_OF[v.dtype])
+            seen[k] = v if tensors else TorchArray(v, NUMPY_OF[v.dtype])
         else:
             seen[k] = v
-    return target.fn(FakeKernel(target.default, device, target.kernel_name), **seen)
+    view = target.for_backend(TRITON) if tensors else target
+    return target.fn(FakeKernel(view.default, device, view.kernel_name, tensors=tensors), **seen)
 
 
 def _first_case(target: Target) -> Case:
@@ -146,7 +152,8 @@ def _first_case(target: Target) -> Case:
 def _layout(op: TorchOp, target: Target) -> tuple[list[Leaf], bool]:
     """Which leaves of the target's result are new tensors and which are its arguments, from a meta run of
     its first case."""
-    from pytest_ktune.call.torchio import TORCH_OF, TorchArray
+    from pytest_ktune.backends.torch_dtypes import TORCH_OF
+    from pytest_ktune.call.torchio import TorchArray
 
     torch = _torch()
     case = _first_case(target)
@@ -155,16 +162,16 @@ def _layout(op: TorchOp, target: Target) -> tuple[list[Leaf], bool]:
         bound[k] = torch.empty(v.shape, dtype=TORCH_OF[v.dtype], device="meta") if isinstance(v, Tensor) else v
     full = op._binder.bind((), bound)
     result = _run_fake(target, full)
-    single = isinstance(result, TorchArray)
+    single = isinstance(result, (TorchArray, torch.Tensor))  # a Triton target's function returns tensors
     leaves = (result,) if single else result
-    if not isinstance(leaves, tuple) or not all(isinstance(x, TorchArray) for x in leaves):
+    if not isinstance(leaves, tuple) or not all(isinstance(x, (TorchArray, torch.Tensor)) for x in leaves):
         raise KtuneError("ktune.torch_op needs a target that returns a tensor or a tuple of tensors",
                          where=target.where, hint="return the outputs as a tuple")
     by_id = {id(v): k for k, v in full.items() if isinstance(v, torch.Tensor)}
     layout: list[Leaf] = []
     fresh = 0
     for leaf in leaves:
-        name = by_id.get(id(leaf.tensor))
+        name = by_id.get(id(leaf.tensor if isinstance(leaf, TorchArray) else leaf))
         if name is None:
             layout.append(("out", fresh))
             fresh += 1

@@ -58,8 +58,9 @@ class Options:
 
     ktune: bool = _option(False, "collect @ktune.target kernels: a correctness and a performance item per case",
                           cli=False)
-    backend: str = _option(AUTO, f"where kernels run: {' or '.join(BACKENDS)} (CuPy, PyOpenCL), a plugin's "
-                           f"backend, or {AUTO}: cuda when a GPU is visible, else opencl", env=True, metavar="NAME")
+    backend: str = _option(AUTO, f"where kernels run: {', '.join(BACKENDS)} (CuPy, PyOpenCL, Triton on torch), a "
+                           f"plugin's backend, or {AUTO}: cuda when a GPU is visible, else opencl", env=True,
+                           metavar="NAME")
     threshold: str = _option("median:5%", "how much slower than its baseline a kernel may get before its "
                              "performance item fails, once confirmed by A/B (a target's own threshold= wins)",
                              env=True, metavar="STAT:PCT", cli=False)

@@ -26,4 +26,4 @@ class Source:
             raise ValueError("ktune.Source's name= is empty: give a file name such as 'conv.cu'")
 
 
-SUFFIXES = {"cuda": ".cu", "opencl": ".cl"}
+SUFFIXES = {"cuda": ".cu", "opencl": ".cl"}  # the C backends' sources (a ktune.Source stands for one)

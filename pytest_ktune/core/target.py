@@ -18,13 +18,16 @@ from pytest_ktune.core.case import Case, Tolerance, ToleranceSpec
 from pytest_ktune.core.dtypes import is_bfloat16
 from pytest_ktune.core.errors import KtuneError, SpaceError
 from pytest_ktune.core.includes import deps_hash, include_closure, read_local, source_hash
+from pytest_ktune.core.names import BACKENDS
+from pytest_ktune.core.pykernels import register, resolve_kernel
 from pytest_ktune.core.sources import SUFFIXES, Source
 from pytest_ktune.core.space import Config, Space, Value
 from pytest_ktune.core.threshold import Threshold
 from pytest_ktune.core.variants import BackendSpace, resolve
 from pytest_ktune.core.words import VECTOR_NAME
 
-BACKENDS = ("cuda", "opencl")
+#: The backend whose source is a Python function (``@triton.jit``) rather than a C file.
+TRITON = "triton"
 
 
 def _auto_case_id(case: Case, key: Mapping[str, Any]) -> str:
@@ -73,6 +76,8 @@ class Target:
     per_backend: Mapping[str, BackendSpace] = field(default_factory=dict)
     texts: Mapping[str, str] = field(default_factory=dict)  # the in-memory sources (ktune.Source), by backend
     resolved_for: str | None = None  # the backend whose per_backend changes ``space`` and ``default`` hold
+    # The kernel's name on a backend where it is not ``kernel_name``: a triton source's jit function's own name.
+    kernels: Mapping[str, str] = field(default_factory=dict)
     _signature: inspect.Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
     _declared: Target | None = field(default=None, repr=False, compare=False)
     _views: dict[str, Target] = field(default_factory=dict, repr=False, compare=False)
@@ -128,13 +133,16 @@ class Target:
         base = self._declared or self
         if self.resolved_for == backend:
             return self
-        if backend not in base.per_backend:
+        if backend not in base.per_backend and backend not in base.kernels:
             return base
         view = base._views.get(backend)
         if view is None:
-            space, default = resolve(base.space, base.default, base.per_backend[backend], where=base.where,
-                                     backend=backend)
-            view = replace(base, space=space, default=default, resolved_for=backend, _declared=base, _views={})
+            space, default = base.space, base.default
+            if backend in base.per_backend:
+                space, default = resolve(base.space, base.default, base.per_backend[backend], where=base.where,
+                                         backend=backend)
+            view = replace(base, space=space, default=default, resolved_for=backend, _declared=base, _views={},
+                           kernel_name=base.kernels.get(backend, base.kernel_name))
             base._views[backend] = view
         return view
 
@@ -275,9 +283,19 @@ def registered() -> dict[str, Target]:
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _sources(sources: Mapping[str, str | Path | Source], file: Path, tname: str,
-             where: str) -> tuple[dict[str, Path], dict[str, str]]:
-    """The sources' paths (relative ones against the target's folder) and the in-memory texts."""
+def _triton_source(src: Any, where: str) -> tuple[Path, str]:
+    """A triton source's module file and its jit function's name (the function registered, ``core.pykernels``)."""
+    try:
+        return register(resolve_kernel(src))
+    except (ValueError, OSError, TypeError) as exc:
+        raise KtuneError(f"sources['triton']: {exc}", where=where,
+                         hint="give the @triton.jit function itself, or 'package.module:function'") from None
+
+
+def _sources(sources: Mapping[str, Any], file: Path, tname: str,
+             where: str) -> tuple[dict[str, Path], dict[str, str], dict[str, str]]:
+    """The sources' paths (relative ones against the target's folder), the in-memory texts, and the kernel
+    names that a source fixes (a triton source's jit function)."""
     unknown_backends = sorted(set(sources) - set(BACKENDS))
     if unknown_backends or not sources:
         raise KtuneError(f"sources= names unknown backends {unknown_backends}" if unknown_backends
@@ -285,8 +303,11 @@ def _sources(sources: Mapping[str, str | Path | Source], file: Path, tname: str,
                          hint=f"use the backends {', '.join(BACKENDS)}")
     paths: dict[str, Path] = {}
     texts: dict[str, str] = {}
+    kernels: dict[str, str] = {}
     for b, src in sources.items():
-        if isinstance(src, Source):
+        if b == TRITON:
+            paths[b], kernels[b] = _triton_source(src, where)
+        elif isinstance(src, Source):
             paths[b] = (file.parent / (src.name or f"{tname}{SUFFIXES[b]}")).resolve()
             texts[b] = src.text
         elif isinstance(src, (str, Path)):
@@ -294,7 +315,7 @@ def _sources(sources: Mapping[str, str | Path | Source], file: Path, tname: str,
         else:
             raise KtuneError(f"sources[{b!r}] is a {type(src).__name__}", where=where,
                              hint="give a path (relative to this file), or ktune.Source(text, name=...)")
-    return paths, texts
+    return paths, texts, kernels
 
 
 def _check_params(space: Space, default: Mapping[str, Value], where: str, on: str = "") -> None:
@@ -341,7 +362,7 @@ def _check_per_backend(per_backend: Mapping[str, BackendSpace], sources: Mapping
 
 def declare(
     *,
-    sources: Mapping[str, str | Path | Source],
+    sources: Mapping[str, Any],
     space: Space,
     default: Mapping[str, Value],
     key: Callable[..., Mapping[str, Any]],
@@ -366,9 +387,11 @@ def declare(
 
     The decorated function takes a ``kernel`` handle first (``kernel.params``,
     ``kernel.empty``, ``kernel.launch``) and then the kernel's arguments.
-    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files (or ``ktune.Source`` texts); the
-    space's parameters (and ``defines``) reach the source as ``-D`` macros; ``per_backend`` says what
-    a backend changes in the shared space and default. ``threshold`` (``"median:10%"``) replaces the
+    ``sources`` maps ``"cuda"`` and/or ``"opencl"`` to source files (or ``ktune.Source`` texts), and
+    ``"triton"`` to a ``@triton.jit`` function (or ``"package.module:function"``); the space's parameters (and
+    ``defines``) reach a C source as ``-D`` macros, a jit function as its ``tl.constexpr`` arguments (and
+    ``num_warps``, ``num_stages`` as its launch options); ``per_backend`` says what a backend changes in the
+    shared space and default. ``threshold`` (``"median:10%"``) replaces the
     run's regression threshold for this target's performance items. ``strided`` names the array
     arguments the function takes with any strides. ``key_cache=False`` runs ``key`` and ``defines`` on every
     production call, for functions that read more than the arguments' shapes, dtypes, devices and the scalar
@@ -386,7 +409,7 @@ def declare(
         if not isinstance(space, Space):
             raise SpaceError("space= must be a ktune.Space", where=where,
                              hint="write space=ktune.Space(BLOCK=[...], ...)")
-        resolved, texts = _sources(sources, file, tname, where)
+        resolved, texts, kernels = _sources(sources, file, tname, where)
         _check_params(space, default, where)
         _check_per_backend(per_backend or {}, resolved, where)
         for what, f in (("check", check), ("postprocess", postprocess)):
@@ -419,7 +442,7 @@ def declare(
             bytes_moved=bytes_moved, flops=flops, defines_fn=defines,
             vectors=None if vectors is None else tuple(vectors), work_fn=work, threshold=own_threshold, line=line,
             strided=tuple(strided), check_fn=check, postprocess_fn=postprocess, per_backend=dict(per_backend or {}),
-            texts=texts, _signature=call_sig, key_cache=bool(key_cache),
+            texts=texts, kernels=kernels, _signature=call_sig, key_cache=bool(key_cache),
         )
         views = [t.for_backend(b) for b in resolved]  # a per-backend space that does not fit fails here
         for v in views:

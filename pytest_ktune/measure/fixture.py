@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ktune.backends.base import Backend, device_inputs, has_device_comparison
+from pytest_ktune.backends.base import Backend, copy_of, device_inputs, has_device_comparison
 from pytest_ktune.core.case import Case, Tensor, ToleranceSpec
 from pytest_ktune.core.dtypes import dtype_family
 from pytest_ktune.core.reference import is_array_api
@@ -88,7 +88,7 @@ class Fixture:
 
     def fresh(self, backend: Backend) -> dict[str, Any]:
         """The inputs for one run: device copies of the tensors, the other values as they are."""
-        return {k: v.copy() if backend.owns(v) else v for k, v in self.inputs.items()}
+        return {k: copy_of(backend, v) if backend.owns(v) else v for k, v in self.inputs.items()}
 
     def guarded(self, backend: Backend, guards: Guards) -> dict[str, Any]:
         """The inputs for one checked run: device copies of the tensors inside ``guards``' regions."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ktune.backends.base import Backend, GuardedArray, guarded_empty
+from pytest_ktune.backends.base import Backend, GuardedArray, copy_of, guarded_empty
 from pytest_ktune.core.dtypes import dtype_family
 from pytest_ktune.core.errors import KtuneError, MismatchError
 
@@ -107,7 +107,7 @@ class Guards:
         """A guarded device copy of the device array ``device`` (a plain copy, where it cannot be guarded)."""
         buf = self._guarded(f"input {name}", tuple(device.shape), device.dtype)
         if buf is None:
-            return device.copy()
+            return copy_of(self.backend, device)
         buf.copy_from(device)
         return buf.array
 

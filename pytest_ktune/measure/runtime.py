@@ -86,10 +86,16 @@ class Kernel:
         const: Constant = make(name, array)
         return const
 
-    def launch_shape(self, grid: Dim, block: Dim, shared: int | Callable[[Mapping[str, Value]], int],
+    def launch_shape(self, grid: Dim, block: Dim | None, shared: int | Callable[[Mapping[str, Value]], int],
                      ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
         """A launch's grid and block, of one rank, and its bytes of dynamic shared memory; an error naming
-        the target for any that cannot be launched."""
+        the target for any that cannot be launched. No block: the program's own (a Triton program's threads,
+        from its ``num_warps``), where it has one."""
+        if block is None:
+            block = getattr(self.program, "block", None)
+            if block is None:
+                raise self._error(f"kernel.launch has no block= on the {self.backend.name} backend",
+                                  "give block= the threads per block (an int or a tuple of up to 3 ints)")
         try:
             g, b = same_rank(as_dim(grid), as_dim(block))
         except (TypeError, ValueError) as exc:
@@ -112,11 +118,12 @@ class Kernel:
                               "size the shared memory in the source instead")
         return cast(SharedMemoryFunction, fn)
 
-    def launch(self, grid: Dim, block: Dim, args: Sequence[Any], *, name: str | None = None,
+    def launch(self, grid: Dim, block: Dim | None = None, args: Sequence[Any] = (), *, name: str | None = None,
                shared: int | Callable[[Mapping[str, Value]], int] = 0) -> None:
         """Launch the kernel ``name`` (default: the target's) on ``grid`` blocks of ``block`` threads.
 
-        A grid and a block of different ranks are padded with 1s (a 2-D grid of 1-D blocks).
+        A grid and a block of different ranks are padded with 1s (a 2-D grid of 1-D blocks). A Triton kernel
+        takes no block (its ``num_warps`` sets it): ``kernel.launch(grid=(rows,), args=[...])``.
         ``shared`` is dynamic shared memory in bytes per block, or a function of the parameters giving
         it: on CUDA the launch's (``extern __shared__``), on OpenCL a ``__local`` buffer passed as the
         kernel's last argument."""

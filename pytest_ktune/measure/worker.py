@@ -362,11 +362,15 @@ def _answer_batch(conn: Any, ev: _Evaluator, configs: Sequence[Mapping[str, Valu
             continue
         try:
             out = ev.evaluate(cfg, secs, seed + 104729 * (i % INPUT_SETS), only)
-        except (LaunchError, CompileError) as exc:
-            conn.send(("outcome", Outcome(cfg, "failed", one_line(exc.message), compile_s=secs)))
-            if isinstance(exc, LaunchError):
-                return False
+        except CompileError as exc:
+            # Compiled ahead, a configuration's program was built; one that fails to compile at its launch (a
+            # backend that compiles there, as Triton does) is a point this configuration cannot reach.
+            conn.send(("outcome", Outcome(cfg, "infeasible", _compile_reason(exc.message), compile_s=secs,
+                                          detail=exc.message[:_DETAIL])))
             continue
+        except LaunchError as exc:
+            conn.send(("outcome", Outcome(cfg, "failed", one_line(exc.message), compile_s=secs)))
+            return False
         except KtuneError as exc:
             out = Outcome(cfg, "failed", one_line(exc.message), compile_s=secs)
         except Exception as exc:

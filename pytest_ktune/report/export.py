@@ -6,9 +6,11 @@ names) and writes one of:
 - a C++17 header: per target a namespace with ``Params`` and ``Key`` structs, ``kDefault``, one namespace per
   device holding a ``constexpr Params`` per key, one table of every entry, and ``lookup(device, key)`` for a
   key known only at run time, which falls back to ``kDefault``;
-- JSON (``pytest-ktune-export/1``), the same content for other runtimes.
+- JSON (``pytest-ktune-export/1``), the same content for other runtimes;
+- a Python module: ``DEFAULTS`` and ``CONFIGS`` dicts and ``lookup(target, device, **key)``, for a Triton
+  user's own dispatch (``kernel[grid](..., **lookup("rmsnorm", device, T=64, H=4096))``).
 
-Both are deterministic: records in the params file's order (sorted by target, device and key), no date, no
+All are deterministic: records in the params file's order (sorted by target, device and key), no date, no
 absolute path; the same params file gives the same bytes.
 """
 
@@ -108,6 +110,27 @@ def render_json(targets: Iterable[Exported], source: str) -> str:
          "key": list(t.key), "entries": [{"device": e.device, "key": dict(e.key), "params": dict(e.params)}
                                          for e in t.entries]} for t in targets]}
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def render_python(targets: Iterable[Exported], source: str) -> str:
+    """The records as a Python module of literals: per target its default, and per device and key (a tuple of
+    the key's sorted items) the parameters; ``lookup`` falls back to the default for a key never tuned."""
+    listed = list(targets)
+    lines = [f'"""Tuned parameters by target, device and key, written by ktune export from {source}: do not edit."""',
+             "", "from __future__ import annotations", "", "from typing import Any", "",
+             "DEFAULTS: dict[str, dict[str, Any]] = {"]
+    lines += [f"    {t.name!r}: {dict(t.default)!r}," for t in listed]
+    lines += ["}", "", "CONFIGS: dict[str, dict[tuple[str, tuple[tuple[str, Any], ...]], dict[str, Any]]] = {"]
+    for t in listed:
+        lines.append(f"    {t.name!r}: {{")
+        lines += [f"        ({e.device!r}, {tuple(sorted(e.key.items()))!r}): {dict(e.params)!r}," for e in t.entries]
+        lines.append("    },")
+    lines += ["}", "", "", "def lookup(target: str, device: str, **key: Any) -> dict[str, Any]:",
+              '    """The parameters recorded for ``target`` on ``device`` (as the params file names it) and ``key``;',
+              '    the target\'s default where none is recorded."""',
+              "    found = CONFIGS[target].get((device, tuple(sorted(key.items()))))",
+              "    return dict(found if found is not None else DEFAULTS[target])", ""]
+    return "\n".join(lines)
 
 
 def identifier(text: str) -> str:

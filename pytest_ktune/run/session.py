@@ -19,7 +19,7 @@ from pytest_ktune.backends.base import DeviceInfo, device_labels
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
-from pytest_ktune.core.target import Target
+from pytest_ktune.core.target import TRITON, Target
 from pytest_ktune.gate.reference import BaseRef, missing_at_head
 from pytest_ktune.gate.verdict import (
     MISSING,
@@ -124,6 +124,11 @@ class Session:
         if self._backend_error is not None:
             raise self._backend_error
         assert self._device is not None
+        if self._device.interpreted and self.settings.update_baseline:
+            raise KtuneError(f"--ktune-update-baseline: {self._device.name} runs the kernels in an interpreter on the "
+                             "CPU (TRITON_INTERPRET=1), so its timings are not a GPU's, and they are never recorded "
+                             "as baselines", hint="record baselines on a GPU (unset TRITON_INTERPRET), or run "
+                                                  "without --ktune-update-baseline")
         if self.settings.devices is not None and not self.lanes:
             self._start_lanes(self._device)
         return self._device
@@ -197,6 +202,9 @@ class Session:
         if not case.runs_on(device.backend):
             raise Skip(f"case declared for {', '.join(case.backends or ())} only, not {device.backend}")
         if device.backend not in target.sources:
+            if set(target.sources) == {TRITON}:
+                raise Skip(f"{target.name} is a Triton target (no {device.backend} source): it runs with "
+                           "--ktune-backend triton")
             raise Skip(f"{target.name} has no {device.backend} source; add one to sources= to run it here")
         target = target.for_backend(device.backend)
         return Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
@@ -387,6 +395,10 @@ class Session:
         """What the summary says once about the run: what changed cases were compared with, and a params
         file that does not exist."""
         out: list[str] = []
+        if self._device is not None and self._device.interpreted and self.results:
+            out.append(f"{self._device.name}: the kernels ran in Triton's interpreter (TRITON_INTERPRET=1), so these "
+                       "timings are the interpreter's on the CPU, not GPU timings (--ktune-update-baseline refuses "
+                       "to record them)")
         if self.dispatch is not None:
             out.extend(f"device {self.lanes[pos].label} (index {self.lanes[pos].index}) failed, and its remaining "
                        f"items moved to the other devices: {why.splitlines()[0]}" for pos, why in self.dispatch.retired)

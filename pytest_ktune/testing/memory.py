@@ -27,8 +27,8 @@ from pytest_ktune.call import target
 from pytest_ktune.core.case import Case, Tensor
 from pytest_ktune.core.errors import LimitError
 from pytest_ktune.core.launch import cdiv
+from pytest_ktune.core.names import C_BACKENDS
 from pytest_ktune.core.space import Space
-from pytest_ktune.core.target import BACKENDS
 from pytest_ktune.measure.runtime import Kernel, run
 
 _WEIGH: dict[str, str] = {
@@ -122,7 +122,7 @@ class MemoryContract:
         assert np.frombuffer(after_back[:4], np.float32)[0] == np.float32(x[-1] * 2 + 1)
 
     def _weigh(self, backend: Backend, tmp_path: Path, shared: Any) -> Any:
-        if backend.name not in BACKENDS or backend.name not in self.WEIGH_SOURCES:
+        if backend.name not in C_BACKENDS or backend.name not in self.WEIGH_SOURCES:
             pytest.skip(f"no weigh kernel for backend {backend.name!r} (add it to WEIGH_SOURCES)")
         path = tmp_path / f"contract_weigh{_SUFFIX[backend.name]}"
         path.write_text(self.WEIGH_SOURCES[backend.name])

@@ -97,6 +97,7 @@ class Finished:
     ab: ABOutcome | None
     tuned: Tuned
     machine: str = ""  # the device's identity, for the timings of a new baseline (DeviceInfo.machine)
+    interpreted: bool = False  # timed in an interpreter (Triton's): its timings never become a baseline
 
 
 def baseline_is_stale(record: Record | None, target: Target, backend: str) -> bool:
@@ -110,7 +111,8 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
 
     An accepted winner gets a baseline measured in the A/B run; a kept result only updates ``tuned``,
     unless its baseline was measured on another version of the source: then the A/B run's timings of
-    the kept parameters, on the source as it is now, become the baseline.
+    the kept parameters, on the source as it is now, become the baseline. An interpreter's timings
+    (``DeviceInfo.interpreted``) become no baseline: its record holds the parameters and ``tuned`` only.
     """
     if w.accepted and w.ab is not None:
         cases = [target.cases[i] for i in w.cases]
@@ -119,10 +121,12 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
         changes = tuple(CaseChange(case_id=a.case_id, before_s=a.median_s, after_s=b.median_s,
                                    bytes_moved=target.bytes_for(target.case_args(c)))
                         for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
-        return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
+        return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best),
+                      baseline=None if w.interpreted else baseline,
                       tuned=_with_verified(w.tuned, target, w.best, w.cases)), changes
     base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
-    if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
+    if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok" \
+            and not w.interpreted:
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
         fresh = new_baseline(ctx.root, target, ctx.backend, base.params, timings, machine=w.machine or w.device)

@@ -307,7 +307,7 @@ def decide(ctx: TuneContext, plan: Prepared, pool: CandidatePool, found: Searche
         record, changes = new_record(ctx, target, Finished(
             tid=plan.tid, device=device.id, key=dict(key), cases=plan.cases, record=found.record, current=current,
             best=found.best, accepted=accepted, ab=ab, tuned=replace(tuned, result=decision),
-            machine=device.machine))
+            machine=device.machine, interpreted=device.interpreted))
         if ctx.keep:
             kept_decisions.keep(ctx.scratch, kept_decisions.Kept(best=found.best, current=current, accepted=accepted,
                                                                   decision=decision, record=record, changes=changes))
