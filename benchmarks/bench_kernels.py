@@ -758,7 +758,7 @@ def recorded_params(store: Store | None, target: Target, device_id: str,
         source = f"tuned {t.date[:10]} ({t.sampler}, {t.trials} trials)"
     else:
         source = "recorded, never tuned"
-    return Recorded(dict(record.params), source)
+    return Recorded(target.complete(record.params), source)  # a record of an older space, whole
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -121,7 +121,9 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
                         for c, a, b in zip(cases, w.ab.current, w.ab.candidate, strict=True))
         return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best), baseline=baseline,
                       tuned=_with_verified(w.tuned, target, w.best, w.cases)), changes
-    base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
+    # w.current is the record's parameters completed (Target.complete): a kept record is written whole.
+    base = (replace(w.record, params=dict(w.current)) if w.record is not None
+            else Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current)))
     if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok":
         cases = [target.cases[i] for i in w.cases]
         timings = {t.case_id: case_timing(target, c, t) for c, t in zip(cases, w.ab.current, strict=True)}
