@@ -73,7 +73,9 @@ def test_tuned_parameters_come_from_the_record_of_this_device_and_key() -> None:
         Record("kernels/rmsnorm.py::rmsnorm", DEVICE, {**key, "T": 1}, {"BLOCK": 256, "VEC": 1}),
     ])
     got = bk.recorded_params(store, rms, DEVICE, key)
-    assert got.params == {"BLOCK": 128, "VEC": 8} and got.source == "tuned 2026-11-30 (tpe, 24 trials)"
+    # A record of the space before ROWS, CACHE and REDUCE: completed with the default's values for them.
+    assert got.params == {"BLOCK": 128, "VEC": 8, "ROWS": 1, "CACHE": 0, "REDUCE": 0}
+    assert got.source == "tuned 2026-11-30 (tpe, 24 trials)"
     assert bk.recorded_params(store, rms, DEVICE, {**key, "T": 1}).source == "recorded, never tuned"
     assert bk.recorded_params(store, rms, "other GPU [cuda]", key) is None
     assert bk.recorded_params(store, _target("silu_and_mul"), DEVICE, key) is None
