@@ -1,4 +1,6 @@
-"""RMSNorm as a pytest-ktune target: one CUDA and one OpenCL template."""
+"""The example's RMSNorm target as its committed landscapes were recorded (one block per row, BLOCK x VEC),
+for the replay tests: rmsnorm.cu and rmsnorm.cl are that version's sources byte for byte (the landscapes name
+their hashes). Self-contained, since tests copy this folder elsewhere."""
 
 from __future__ import annotations
 
