@@ -1,4 +1,4 @@
-"""Time every example kernel against its default, torch eager and torch.compile, in one run.
+"""Time every example kernel against its default, torch eager, torch.compile and Liger-Kernel, in one run.
 
 For every case of every target in ``example_project.kernels`` that runs on the
 chosen backend, the table holds:
@@ -12,6 +12,12 @@ chosen backend, the table holds:
 * **torch eager**: the op written as a PyTorch user would write it (CUDA only);
 * **torch.compile**: the same function through ``torch.compile(fn, dynamic=False)``,
   compiled afresh for each case (one compiled function per shape) and warmed up;
+* **Liger**: Liger-Kernel's op where it has one (RMSNorm, fused add + RMSNorm, SwiGLU, GEGLU), called
+  as its modules call it (``_liger``: gate and up as two contiguous tensors, split before timing);
+  "not installed" where ``liger_kernel`` does not import (CUDA only);
+* **floor**, on small cases (bytes that would move in under 10 µs at the copy bandwidth): an empty
+  kernel and a one-element copy timed as the kernels are, and a one-element ``copy_`` timed as torch is
+  (``_floor``): the launch-bound time no kernel of one launch can beat;
 * GB/s from the target's ``bytes_moved``, and its share of the device's copy
   bandwidth, measured in the same run (the best of a device-to-device memcpy and
   a vectorised copy kernel).
@@ -19,15 +25,16 @@ chosen backend, the table holds:
 Everything is timed with pytest-ktune's own method: the launches of one call
 are recorded with ``_runtime.run`` and replayed by ``_bench.measure`` (a CUDA
 graph of back-to-back calls, inputs rotated and L2 flushed between samples
-where the working set fits in twice the L2). Torch's calls go through the same
+where the working set fits in twice the L2). Torch's and Liger's calls go through the same
 ``measure`` with a timer that captures them in a ``torch.cuda.CUDAGraph``.
-Every configuration, and torch, is checked against the target's reference
+Every configuration, torch and Liger is checked against the target's reference
 before it is timed; those that fail are reported and not timed.
 
 The summary gives the geometric mean of default time over tuned time, and the
-issue's three goals (at least 1.5x over the default; at least 85 % of copy
-bandwidth at 256 MB moved and more; tuned at or ahead of torch.compile), each
-met or missed, by how much.
+goals (at least 1.5x over the default; at least 85 % of copy bandwidth at 256 MB
+moved and more; tuned at or ahead of torch.compile; issue 26's: at or ahead of the
+best of torch eager, torch.compile and Liger on every case, with a geomean of at
+least 1.10x), each met or missed, by how much.
 
 Run: ``python3 benchmarks/bench_kernels.py --backend cuda``;
 ``--backend opencl --quick`` is a smoke test on a CPU (PoCL). torch is optional
@@ -53,6 +60,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common
+import _floor
+import _liger
 
 common.add_repo_to_path()
 
@@ -74,6 +83,8 @@ Params = dict[str, Any]
 GOAL_SPEEDUP = 1.5          # geomean of default time / tuned time
 GOAL_COPY_FRACTION = 0.85   # share of copy bandwidth, tuned, at large shapes
 LARGE_BYTES = 256 * 10**6   # "large": at least this many bytes moved
+GOAL_VS_BEST = 1.10         # geomean of the best alternative's time / tuned time (issue 26)
+SMALL_S = 10e-6             # "small": its bytes take under this long at the copy bandwidth (launch-bound)
 
 # The nine example targets in the order of the issue; others found later go after them.
 ORDER = ("rmsnorm", "fused_add_rmsnorm", "silu_and_mul", "gelu_tanh_and_mul", "rotary_neox",
@@ -613,6 +624,8 @@ class CaseResult:
     tuned: Column = field(default_factory=Column)
     eager: Column = field(default_factory=Column)
     compiled: Column = field(default_factory=Column)
+    liger: Column = field(default_factory=Column)
+    floor: _floor.Floor | None = None  # on small cases only (is_small)
     sweep: list[SweepPoint] = field(default_factory=list)
     timing_how: str = ""
     note: str = ""
@@ -632,6 +645,19 @@ class CaseResult:
         c, t = self.t("compiled"), self.t("tuned")
         return c / t if c and t else None
 
+    def best_alternative(self) -> tuple[str, float] | None:
+        """The fastest of torch eager, torch.compile and Liger timed in a CUDA graph, as ours is: its
+        column and time; None where none was."""
+        timed = [(name, col.m.median) for name, col in (("eager", self.eager), ("compiled", self.compiled),
+                                                         ("liger", self.liger))
+                 if col.m is not None and col.mode == "graph"]
+        return min(timed, key=lambda x: x[1]) if timed else None
+
+    def vs_best(self) -> float | None:
+        """The best alternative's time over tuned time (1 or above: tuned at or ahead of all of them)."""
+        best, t = self.best_alternative(), self.t("tuned")
+        return best[1] / t if best and t else None
+
     def gbps(self, seconds: float | None) -> float | None:
         if not seconds or not self.bytes_moved:
             return None
@@ -645,7 +671,8 @@ class CaseResult:
         def rnd(v: float | None, d: int = 4) -> float | None:
             return round(v, d) if v is not None else None
 
-        cols = ("default", "tuned", "eager", "compiled")
+        cols = ("default", "tuned", "eager", "compiled", "liger")
+        best = self.best_alternative()
         return {
             "target": self.target, "case": self.case, "key": self.key, "inputs": self.shapes,
             "bytes_moved": self.bytes_moved, "working_set_bytes": self.working_set,
@@ -657,10 +684,13 @@ class CaseResult:
                 **{f"{c}_us": common.us(self.t(c)) for c in cols},
                 "speedup_tuned_vs_default": rnd(self.speedup()),
                 "compile_over_tuned": rnd(self.vs_compile()),
+                "best_alternative": best[0] if best else None,
+                "best_alternative_over_tuned": rnd(self.vs_best()),
                 "gbps": {c: rnd(self.gbps(self.t(c)), 3) for c in cols},
                 "copy_bw_fraction": {c: rnd(self.copy_fraction(self.t(c), copy_bw)) for c in cols},
             },
             **{c: getattr(self, c).to_json() for c in cols},
+            "floor": floor_json(self.floor),
             "sweep": [p.to_json() for p in self.sweep],
         }
 
@@ -728,7 +758,7 @@ def recorded_params(store: Store | None, target: Target, device_id: str,
         source = f"tuned {t.date[:10]} ({t.sampler}, {t.trials} trials)"
     else:
         source = "recorded, never tuned"
-    return Recorded(dict(record.params), source)
+    return Recorded(target.complete(record.params), source)  # a record of an older space, whole
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -766,6 +796,11 @@ class Bench:
         self.store = store
         self.budget = budget
         self.io = BackendIO(backend)
+        self.liger: dict[str, _liger.LigerOp] = {}
+        self.liger_note = torch_note or "skipped: --no-liger"
+        if torch is not None and not args.no_liger:
+            self.liger, self.liger_note = _liger.liger_ops()
+        self.floors: dict[bool, _floor.Floor] = {}  # by flush: measured once, shown on every small row
 
     def kernel_sets(self, target: Target, params: Params, dev_sets: Sequence[Mapping[str, Any]]
                     ) -> list[list[Launch]]:
@@ -800,11 +835,30 @@ class Bench:
         del dev_sets
         backend.release()
         if self.torch is None:
-            res.eager.status = res.compiled.status = self.torch_note
+            res.eager.status = res.compiled.status = res.liger.status = self.torch_note
         else:
             self.torch_columns(res, target, host_sets, verifier, flush)
+            self.liger_column(res, target, host_sets, verifier, flush)
+        if is_small(bytes_moved or work, backend.copy_bandwidth()):
+            res.floor = self.floor(flush)
         res.seconds = time.perf_counter() - t0
         return res
+
+    def floor(self, flush: bool) -> _floor.Floor:
+        """The launch-bound floor under the kernels' timer (and torch's), measured once per flush setting."""
+        if flush not in self.floors:
+            found = _floor.measure_floor(self.backend, self.cfg, flush=flush)
+            if self.torch is not None:
+                fn, kwargs = _floor.torch_copy1(self.torch.torch, self.torch.dev)
+                try:
+                    m = measure(TimerSwap(self.backend, self.torch.timer),
+                                [[Launch(TorchCall(fn, kwargs), (1,), (1,), ())]], self.torch_cfg, flush=flush)
+                    found = dataclasses.replace(found, torch_copy1=m)
+                except Exception as exc:
+                    found = dataclasses.replace(found, error=f"{found.error}; torch copy: {short_error(exc)}"
+                                                .lstrip("; "))
+            self.floors[flush] = found
+        return self.floors[flush]
 
     # -- the kernel: default and tuned --------------------------------------------------------
 
@@ -918,24 +972,41 @@ class Bench:
             self.torch_column(res.compiled, op, host_sets=host_sets, verifier=verifier, flush=flush,
                               what="torch.compile")
 
+    def liger_column(self, res: CaseResult, target: Target, host_sets: Sequence[Mapping[str, Any]],
+                     verifier: Verifier, flush: bool) -> None:
+        op = self.liger.get(target.name)
+        if op is None:
+            res.liger.status = self.liger_note if not self.liger else f"skipped: no Liger op for {target.name}"
+            return
+        self.torch_column(res.liger, op.call, host_sets=host_sets, verifier=verifier, flush=flush, what="Liger",
+                          prepare=op.prepare)
+
     def torch_column(self, col: Column, op: Callable[..., Any], *, host_sets: Sequence[Mapping[str, Any]],
-                     verifier: Verifier, flush: bool, what: str) -> None:
+                     verifier: Verifier, flush: bool, what: str,
+                     prepare: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None) -> None:
+        """Check ``op`` on the first input set against the reference, then time it under torch's graph
+        timer; ``prepare`` turns the target's arguments into the op's once per input set, untimed."""
         side = self.torch
         assert side is not None
         compiling = what == "torch.compile"
         fn = op
+
+        def arguments(host: Mapping[str, Any]) -> dict[str, Any]:
+            uploaded = side.upload(host)
+            return prepare(uploaded) if prepare is not None else uploaded
+
         try:
             if compiling:
                 t0 = time.perf_counter()
                 try:
                     fn = side.compile(op)
-                    out = fn(**side.upload(host_sets[0]))  # compiles, for these shapes only
+                    out = fn(**arguments(host_sets[0]))  # compiles, for these shapes only
                     side.torch.cuda.synchronize()
                 finally:
                     col.compile_s = time.perf_counter() - t0
                     self.budget.compile_spent += col.compile_s
             else:
-                out = fn(**side.upload(host_sets[0]))
+                out = fn(**arguments(host_sets[0]))  # Liger: Triton compiles its kernels here, untimed
                 side.torch.cuda.synchronize()
         except Exception as exc:
             col.status = f"fails: {first_line(short_error(exc))}" if compiling else \
@@ -945,7 +1016,7 @@ class Bench:
         try:
             col.verified = verifier.verify(out, side.io, what)
             del out
-            tsets = [side.upload(h) for h in host_sets]
+            tsets = [arguments(h) for h in host_sets]
             launches: list[list[Launch]] = [[Launch(TorchCall(fn, t), (1,), (1,), ())] for t in tsets]
             side.modes.clear()
             col.m = measure(TimerSwap(self.backend, side.timer), launches, self.torch_cfg, flush=flush)
@@ -965,6 +1036,29 @@ class Bench:
 
 
 # -- report ----------------------------------------------------------------------------------
+
+
+def is_small(bytes_moved: int, copy_bw: float) -> bool:
+    """A case whose bytes would move in under ``SMALL_S`` at the copy bandwidth: where a launch's
+    fixed cost (a few µs) is a large part of the time, and its row shows the floor."""
+    return copy_bw > 0 and bytes_moved / copy_bw < SMALL_S
+
+
+def floor_json(f: _floor.Floor | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {"empty_kernel": measurement_json(f.empty), "copy_one_element": measurement_json(f.copy1),
+            "torch_copy_one_element": measurement_json(f.torch_copy1), "error": f.error or None}
+
+
+def floor_cell(f: _floor.Floor | None) -> str:
+    """The floor as 'empty / one-element copy / torch's one-element copy', in µs."""
+    if f is None:
+        return ""
+    parts = [common.fmt_us(m.median) if m is not None else "n/a" for m in (f.empty, f.copy1)]
+    if f.torch_copy1 is not None:
+        parts.append(common.fmt_us(f.torch_copy1.median))
+    return " / ".join(parts) if f.empty or f.copy1 else f"failed: {first_line(f.error, 50)}"
 
 
 def params_text(p: Mapping[str, Any] | None) -> str:
@@ -1042,7 +1136,30 @@ def goals(results: Sequence[CaseResult], copy_bw: float) -> list[Goal]:
                   [f"{r.target}[{r.case}]: tuned {common.fmt_us(r.t('tuned'))} µs vs torch.compile "
                    f"{common.fmt_us(r.t('compiled'))} µs ({(1 / v - 1) * 100:.0f} % slower)"
                    for r, v in behind])
-    return [g1, g2, g3]
+    return [g1, g2, g3, goal_vs_best(results)]
+
+
+def goal_vs_best(results: Sequence[CaseResult]) -> Goal:
+    """Issue 26's goal: tuned at or ahead of the best of torch eager, torch.compile and Liger (each timed
+    in a CUDA graph) on every case, and their geomean of best alternative over tuned at least 1.10."""
+    name = f"tuned at or ahead of the best of torch eager, torch.compile and Liger; geomean >= {GOAL_VS_BEST:.2f}x"
+    ratios = [(r, v) for r in results if (v := r.vs_best()) is not None]
+    if not ratios:
+        return Goal(name, None, "no case with both a tuned and an alternative's graph timing", [])
+    gm = common.geomean([v for _, v in ratios])
+    assert gm is not None
+    behind = [(r, v) for r, v in ratios if v < 1.0]
+    detail = []
+    for r, v in behind:
+        best = r.best_alternative()
+        assert best is not None
+        detail.append(f"{r.target}[{r.case}]: tuned {common.fmt_us(r.t('tuned'))} µs vs {COLUMN_NAMES[best[0]]} "
+                      f"{common.fmt_us(best[1])} µs ({(1 / v - 1) * 100:.0f} % slower)")
+    return Goal(name, gm >= GOAL_VS_BEST and not behind,
+                f"geomean {gm:.2f}x over {len(ratios)} case(s); at or ahead on {len(ratios) - len(behind)}", detail)
+
+
+COLUMN_NAMES = {"eager": "torch eager", "compiled": "torch.compile", "liger": "Liger"}
 
 
 def verdict(g: Goal) -> str:
@@ -1060,6 +1177,9 @@ def markdown(results: Sequence[CaseResult], meta: Mapping[str, Any], copy_bw: fl
         f"- L2: {meta['device']['l2_bytes'] / 2**20:.0f} MiB; bench config: {meta['bench_config_text']}",
         f"- tuned parameters: {meta['tuned_from']}",
         f"- torch: {meta['torch']}",
+        f"- Liger-Kernel: {meta['liger']}",
+        f"- floor (small cases, whose bytes take under {SMALL_S * 1e6:g} µs at the copy bandwidth): an empty "
+        "kernel / a one-element copy, as the kernels are timed / a one-element `copy_` as torch is timed",
         "",
         "## Summary",
         "",
@@ -1071,8 +1191,8 @@ def markdown(results: Sequence[CaseResult], meta: Mapping[str, Any], copy_bw: fl
         lines.append(f"- budget: {len(skipped)} case(s) not run, the --budget-s of {meta['budget_s']:g} s "
                      f"being spent: {', '.join(skipped)}")
     header = ["case", "default µs", "tuned µs", "tuned params (source)", "default / tuned",
-              "torch eager µs", "torch.compile µs", "compile / tuned", "GB/s tuned",
-              "% copy BW default / tuned"]
+              "torch eager µs", "torch.compile µs", "compile / tuned", "Liger µs", "best alt / tuned",
+              "floor µs", "GB/s tuned", "% copy BW default / tuned"]
     for name in dict.fromkeys(r.target for r in results):
         rows = []
         for r in (x for x in results if x.target == name):
@@ -1082,7 +1202,8 @@ def markdown(results: Sequence[CaseResult], meta: Mapping[str, Any], copy_bw: fl
                 r.case, cell(r.default), cell(r.tuned),
                 f"{params_text(r.tuned_params)} ({r.tuned_source})" if r.tuned_params else r.tuned_source,
                 common.fmt_num(r.speedup(), ".2f", "×"), cell(r.eager), cell(r.compiled),
-                common.fmt_num(r.vs_compile(), ".2f", "×"), common.fmt_num(r.gbps(r.t("tuned")), ".0f"),
+                common.fmt_num(r.vs_compile(), ".2f", "×"), cell(r.liger), common.fmt_num(r.vs_best(), ".2f", "×"),
+                floor_cell(r.floor), common.fmt_num(r.gbps(r.t("tuned")), ".0f"),
                 " / ".join(common.fmt_num(f * 100 if f else None, ".0f") for f in (fd, ft)),
             ])
         lines += ["", f"## {name}", "", common.md_table(header, rows)]
@@ -1090,14 +1211,15 @@ def markdown(results: Sequence[CaseResult], meta: Mapping[str, Any], copy_bw: fl
         "",
         "Times are medians per call, each timed after a check against the target's reference. "
         "*default / tuned* is default time over tuned time (above 1: tuned is faster); "
-        "*compile / tuned* is torch.compile time over tuned time (1 or above: tuned at or ahead). "
+        "*compile / tuned* is torch.compile time over tuned time (1 or above: tuned at or ahead); "
+        "*best alt / tuned* the same for the fastest of torch eager, torch.compile and Liger timed in a CUDA graph. "
         "GB/s counts the target's `bytes_moved` (what the op must read and write).",
     ]
     notes = []
     for r in results:
         label = f"{r.target}[{r.case}]"
         for what, col in (("default", r.default), ("tuned", r.tuned), ("torch eager", r.eager),
-                          ("torch.compile", r.compiled)):
+                          ("torch.compile", r.compiled), ("Liger", r.liger)):
             if col.status.startswith(("failed", "fails")):
                 notes.append(f"- {label} {what}: {first_line(col.status, 400)}")
             if col.mode and col.mode != "graph":
@@ -1108,6 +1230,8 @@ def markdown(results: Sequence[CaseResult], meta: Mapping[str, Any], copy_bw: fl
                          f"{params_text(failed[0].params)}: {first_line(failed[0].error)}")
         if r.note:
             notes.append(f"- {label}: {r.note}")
+        if r.floor is not None and r.floor.error:
+            notes.append(f"- {label} floor: {first_line(r.floor.error, 300)}")
         if r.tuned_source == "sweep" and (s := r.speedup()) is not None and s < 1:
             notes.append(f"- {label}: the sweep's fastest was slower than the default when the two were "
                          "timed interleaved: within noise of each other")
@@ -1147,6 +1271,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="base seed of the inputs (default: 0)")
     p.add_argument("--no-torch", action="store_true", help="time neither torch eager nor torch.compile")
     p.add_argument("--no-compile", action="store_true", help="do not time torch.compile")
+    p.add_argument("--no-liger", action="store_true", help="do not time Liger-Kernel's ops")
     p.add_argument("--no-ab", action="store_true", help="time default and tuned one after the other")
     p.add_argument("--list", action="store_true", help="list the cases in run order, then exit")
     p.add_argument("--out", type=Path, default=None,
@@ -1245,8 +1370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results.append(r)
         shown = {name: cell(col) + (" µs" if col.m is not None else "")
                  for name, col in (("default", r.default), ("tuned", r.tuned), ("eager", r.eager),
-                                   ("compile", r.compiled))}
-        print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in shown.items())
+                                   ("compile", r.compiled), ("liger", r.liger))}
+        floor = f", floor {floor_cell(r.floor)} µs" if r.floor is not None else ""
+        print(f"{label}: " + ", ".join(f"{k} {v}" for k, v in shown.items()) + floor
               + f" (tuned: {params_text(r.tuned_params)})  [{r.seconds:.1f} s, total {budget.elapsed():.0f} s]",
               flush=True)
         if r.note:
@@ -1262,6 +1388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch_text = torch_note if torch_side is None else (
         f"torch {common.versions().get('torch', '?')}, eager and torch.compile(dynamic=False), "
         "timed through CUDA graphs")
+    liger_text = bench.liger_note if not bench.liger else (
+        f"{bench.liger_note}, its autograd functions' forward ({', '.join(sorted(bench.liger))}), gate and up "
+        "as two contiguous tensors made before timing, timed through CUDA graphs")
     meta: dict[str, Any] = {
         "script": "bench_kernels",
         "date": common.now_utc(),
@@ -1278,9 +1407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "options": {"quick": args.quick, "sweep": args.sweep, "max_configs": args.max_configs,
                     "seed": args.seed, "verify_elements": args.verify_elements, "targets": args.targets,
                     "cases": args.cases, "params": common.shown_path(args.params),
-                    "no_compile": args.no_compile, "compile_budget_s": args.compile_budget_s},
+                    "no_compile": args.no_compile, "no_liger": args.no_liger,
+                    "compile_budget_s": args.compile_budget_s},
         "tuned_from": tuned_from,
         "torch": torch_text,
+        "liger": liger_text,
         "budget_s": args.budget_s,
         "skipped_for_budget": skipped,
         "compile_s_total": round(budget.compile_spent, 1),

@@ -1,4 +1,9 @@
-"""RMSNorm as a pytest-ktune target: one CUDA and one OpenCL template."""
+"""RMSNorm as a pytest-ktune target: one CUDA and one OpenCL template.
+
+Its space holds what the best alternatives do at each shape class: a block per row (the default), several
+rows per block with a warp or part of one per row (short rows, few tokens), the row held in registers in
+one pass over memory, 16-byte loads of x and w, and reductions with one barrier or none.
+"""
 
 from __future__ import annotations
 
@@ -25,10 +30,22 @@ def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
 
 @ktune.target(
     sources={"cuda": "rmsnorm.cu", "opencl": "rmsnorm.cl"},
-    # What serving stacks ship: 256 threads per row, scalar loads.
-    default={"BLOCK": 256, "VEC": 1},
-    space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
-                      constraints=["H % VEC == 0"]),
+    # What serving stacks ship: 256 threads per row, scalar loads. ROWS=1, CACHE=0, REDUCE=0 is the
+    # kernel before those parameters existed, so records written without them mean what they meant.
+    default={"BLOCK": 256, "VEC": 1, "ROWS": 1, "CACHE": 0, "REDUCE": 0},
+    space=ktune.Space(
+        BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
+        ROWS=[1, 2, 4, 8, 16, 32],    # rows per block; BLOCK // ROWS threads per row (a warp or less at <= 32)
+        CACHE=[0, 1, 2, 4, 8, 16],    # vectors per thread held in registers between the passes
+        REDUCE=[0, 1],                # across a row's warps: two barriers (0) or one (1)
+        constraints=[
+            "H % VEC == 0",
+            "ROWS == 1 or ROWS <= T",                             # no block of rows all past the last
+            "REDUCE == 0 or BLOCK // ROWS > 32",                  # a row within a warp needs no barrier
+            "CACHE == 0 or CACHE * VEC * (BLOCK // ROWS) >= H",   # the whole row held, else read twice ...
+            "CACHE <= 1 or CACHE // 2 * VEC * (BLOCK // ROWS) < H",  # ... in the fewest registers that hold it
+            "CACHE * VEC <= 64",                                  # at most 64 elements a thread
+        ]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "H": x.shape[1], "dtype": x.dtype.name},
     defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
                        "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
@@ -48,6 +65,6 @@ def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
 def rmsnorm(kernel: ktune.Kernel, x: Any, w: Any, eps: float = 1e-6) -> Any:
     tokens, hidden = x.shape
     out = kernel.empty_like(x)
-    kernel.launch(grid=tokens, block=kernel["BLOCK"],
-                  args=[out, x, w, np.int32(hidden), np.float32(eps)])
+    kernel.launch(grid=ktune.cdiv(tokens, kernel["ROWS"]), block=kernel["BLOCK"],
+                  args=[out, x, w, np.int32(hidden), np.float32(eps), np.int32(tokens)])
     return out

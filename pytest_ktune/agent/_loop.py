@@ -235,7 +235,7 @@ def measure_base(bench: Bench) -> list[BaseTime]:
         with WorkerPool(spec, trial_timeout_s=bench.tune.trial_timeout_s) as pool:
             pool.ensure()
             rec = store.find(tid, pool.device.id, key) if store else None
-            params = dict(rec.params) if rec else dict(base.default)
+            params = base.complete(rec.params) if rec else dict(base.default)
             outcome = next(iter(pool.evaluate([params], bench.tune.seed or 0)))
         if outcome.status != "ok":
             raise AgentError(f"the base kernel fails with its own parameters {params} for key {key_label(key)}: "

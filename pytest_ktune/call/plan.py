@@ -203,7 +203,7 @@ class CallPlan:
             generation = pf.generation
             target = self.target.for_backend(route.backend.name)  # its per_backend space and default
             record = pf.find(self._target_id, route.backend.device.id, key)
-            params = dict(record.params) if record is not None else dict(target.default)
+            params = target.complete(record.params) if record is not None else dict(target.default)
             target.check_config(params, key, "recorded configuration" if record else "default")
             try:
                 program = compile_target(route.backend, target, params, defines)

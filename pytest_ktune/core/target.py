@@ -152,6 +152,13 @@ class Target:
         others; parameters it does not have are left out."""
         return {n: params[n] if n in params else self.default[n] for n in self.space.params}
 
+    def complete(self, params: Mapping[str, Value]) -> dict[str, Value]:
+        """A configuration recorded before this space gained parameters, with the default's values for
+        those it lacks. A template that grows gives its new parameters default values that reproduce the
+        kernel it had, so a record written before still means the kernel it was measured on. Parameters
+        the space does not have are kept, for the check to name."""
+        return {**params, **{n: self.default[n] for n in self.space.params if n not in params}}
+
     def _includes(self, backend: str) -> dict[Path, str]:
         return include_closure(self.source_path(backend), self.source_text(backend), read_local)
 

@@ -140,18 +140,19 @@ def of_baseline(target: Target, backend: str, base: Baseline, *, params: Mapping
     where it changed (written under ``scratch`` with its includes). Raises Unavailable where git
     cannot give it."""
     label = baseline_label(base)
+    old_params = target.complete(base.params)  # the current launcher runs it: a record of an older space, whole
     changes = _changes(target, backend, old_hash=base.source_hash, old_deps=base.deps_hash, params=params,
-                       old_params=base.params, deps_claimed=base.deps_hash is not None)
+                       old_params=old_params, deps_claimed=base.deps_hash is not None)
     same_file = base.source_hash == target.source_hash(backend)
     same_includes = base.deps_hash in (None, target.deps_hash(backend))  # None: the baseline makes no claim
     if same_file and same_includes:
-        return Reference(label=label, params=dict(base.params), source=None, changes=changes)
+        return Reference(label=label, params=old_params, source=None, changes=changes)
     text = _old_source(target, backend, root, base.commit, base.source_hash, same_file=same_file,
                        what="the baseline's")
     if not same_includes:
         text = _pin_old_includes(target, backend, root=root, commit=base.commit, text=text,
                                  want_deps=base.deps_hash, scratch=scratch, what="the baseline's")
-    return Reference(label=label, params=dict(base.params), source=text, changes=changes)
+    return Reference(label=label, params=old_params, source=text, changes=changes)
 
 
 def at_ref(target: Target, backend: str, ref: BaseRef, *, ref_params: Mapping[str, Value] | None,
@@ -169,7 +170,7 @@ def at_ref(target: Target, backend: str, ref: BaseRef, *, ref_params: Mapping[st
         return None
     headers = include_closure(path, old, ref.file)
     old_deps = deps_hash(path, headers)
-    old_params = dict(ref_params) if ref_params is not None else dict(target.default)
+    old_params = target.complete(ref_params) if ref_params is not None else dict(target.default)
     changes = _changes(target, backend, old_hash=source_hash(old), old_deps=old_deps, params=params,
                        old_params=old_params)
     same_file = source_hash(old) == target.source_hash(backend)

@@ -297,7 +297,7 @@ class Gate:
                                                     "here)" if others else "")
                     + ": run with --ktune-update-baseline to record one")
             return row.result(verdict=NO_BASELINE, note=note)
-        stale = source_changed(base, item.target, device.backend) or dict(base.params) != dict(params)
+        stale = source_changed(base, item.target, device.backend) or item.target.complete(base.params) != dict(params)
         if stale:  # unchanged since REF, but the baseline is of another version: its time says nothing
             return row.result(verdict=NO_BASELINE, note=(
                 "the baseline was recorded on another version of the source or parameters: re-record it "

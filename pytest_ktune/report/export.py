@@ -88,7 +88,9 @@ def collect(store: Store, targets: Sequence[Target]) -> tuple[list[Exported], li
         default = {n: default[n] for n in names}
         filled = []
         for e in entries:
-            space = t.for_backend(_backend_of(e.device)).space.names
+            view = t.for_backend(_backend_of(e.device))
+            space = view.space.names
+            e = Entry(e.device, e.key, view.complete(e.params))  # noqa: PLW2901 - a record of an older space
             if set(e.params) != set(space):
                 raise KtuneError(f"a record of {ident} for {e.device} has the parameters {sorted(e.params)}, the "
                                  f"target's space there {list(space)}", where=str(store.path),

@@ -194,7 +194,7 @@ class Session:
 
     def params(self, target: Target, device: DeviceInfo, key: Mapping[str, Any]) -> dict[str, Value]:
         rec = self.record(target, device, key)
-        return dict(rec.params) if rec else dict(target.default)
+        return target.complete(rec.params) if rec else dict(target.default)
 
     def _prepare(self, target: Target, case_index: int, device: DeviceInfo) -> Item:
         """The item of one case, with the target as it runs on the device's backend."""

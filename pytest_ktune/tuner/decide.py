@@ -124,7 +124,9 @@ def new_record(ctx: TuneContext, target: Target, w: Finished) -> tuple[Record, t
         return Record(target=w.tid, device=w.device, key=w.key, params=dict(w.best),
                       baseline=None if w.interpreted else baseline,
                       tuned=_with_verified(w.tuned, target, w.best, w.cases)), changes
-    base = w.record or Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current))
+    # w.current is the record's parameters completed (Target.complete): a kept record is written whole.
+    base = (replace(w.record, params=dict(w.current)) if w.record is not None
+            else Record(target=w.tid, device=w.device, key=w.key, params=dict(w.current)))
     if baseline_is_stale(base, target, ctx.backend) and w.ab is not None and w.ab.status == "ok" \
             and not w.interpreted:
         cases = [target.cases[i] for i in w.cases]

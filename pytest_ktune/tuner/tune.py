@@ -220,7 +220,7 @@ def search(ctx: TuneContext, plan: Prepared, devices: Devices, name: str) -> Sea
             if t.state == TrialState.RUNNING:
                 study.tell(t.number, state=TrialState.FAIL)  # left by an interrupted run
     rec = plan.store.find(plan.tid, device.id, key)
-    current = dict(rec.params) if rec else dict(target.default)
+    current = target.complete(rec.params) if rec else dict(target.default)
     warm = warm_starts(target, plan.store, tid=plan.tid, device=device.id, key=key, current=current)
     priors: list[tuple[str, dict[str, Value]]] = []
     lead = 0

@@ -65,7 +65,8 @@ def test_a_bf16_rmsnorm_case_runs_and_matches_the_reference(backend: Backend, ve
     host = draw_inputs(case, 5)
     expected = call_reference(target, host)
     bound = target.bind(**upload(backend, host)).arguments
-    result, launches = run(backend, target, {"BLOCK": 256, "VEC": vec}, bound, poison=True)
+    params = target.complete({"BLOCK": 256, "VEC": vec})  # one block per row, as before ROWS and CACHE
+    result, launches = run(backend, target, params, bound, poison=True)
     backend.synchronize()
     assert launches and np.dtype(result.dtype) == BF16
     out: Any = to_host_tree(backend, result)

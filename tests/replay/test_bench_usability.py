@@ -20,7 +20,7 @@ from pytest_ktune.lab.tables import markdown
 from pytest_ktune.tuner.encoding import Encoding
 from pytest_ktune.tuner.samplers import make_sampler
 
-from ._data import RMSNORM, ROOT, target
+from ._data import RMSNORM, RMSNORM_ROOT, target
 
 
 def _cache(tmp_path: Path, device_name: str) -> Path:
@@ -73,7 +73,7 @@ def test_imported_times_keep_every_digit_and_their_interval_holds_them(tmp_path:
 
 
 def test_a_progress_line_comes_before_any_replay_has_finished(capsys: pytest.CaptureFixture[str]) -> None:
-    bench(problems_for(ROOT, [RMSNORM]), BenchSettings(budget=3, seeds=1, strategies=("random",)))
+    bench(problems_for(RMSNORM_ROOT, [RMSNORM]), BenchSettings(budget=3, seeds=1, strategies=("random",)))
     err = capsys.readouterr().err.splitlines()
     assert err[0] == ("ktune bench-search: 1 replays (1 landscape(s) x 1 strategies x 1 seeds) and 0 repeated, "
                       "1 at a time")
@@ -85,6 +85,6 @@ def test_the_summary_of_a_json_run_ranks_as_the_run_itself(tmp_path: Path) -> No
     from pytest_ktune.lab.tables import to_json
 
     settings = BenchSettings(budget=10, seeds=2, strategies=("ktune", "random"))
-    results = bench(problems_for(ROOT, [RMSNORM]), settings, progress=False)
+    results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]), settings, progress=False)
     data: dict[str, Any] = json.loads(json.dumps(to_json(results, settings)))
     assert rank([stats_of_json(x) for x in data["landscapes"]]) == rank([stats_of(lr) for lr in results])

@@ -19,7 +19,7 @@ from pytest_ktune.lab.results import BenchSettings, StrategyResult, budget_for, 
 from pytest_ktune.lab.strategies import best_so_far, trials_to
 
 from ._data import LANDSCAPES as LANDSCAPES_DIR
-from ._data import RMSNORM, ROOT, SILU, landscape
+from ._data import RMSNORM, RMSNORM_ROOT, ROOT, SILU, landscape, root_of
 
 HAS_KT = importlib.util.find_spec("kernel_tuner") is not None
 
@@ -52,7 +52,7 @@ def test_a_budget_larger_than_the_space_is_an_error_naming_the_landscape() -> No
 
 def test_an_unknown_strategy_lists_the_known_ones() -> None:
     with pytest.raises(KtuneError, match="unknown strategy 'hyperband'") as err:
-        bench(problems_for(ROOT, [RMSNORM]), BenchSettings(strategies=("hyperband",)), progress=False)
+        bench(problems_for(RMSNORM_ROOT, [RMSNORM]), BenchSettings(strategies=("hyperband",)), progress=False)
     assert "kt:simulated_annealing" in (err.value.hint or "")
 
 
@@ -66,7 +66,7 @@ def test_the_default_strategy_needs_fewer_trials_than_every_other() -> None:
     """The claim of the benchmark figure, at 5 seeds and a budget of 20, on the committed landscapes."""
     rivals = ("random", "tpe", "cmaes") + (("kt:pso", "kt:firefly_algorithm", "kt:simulated_annealing",
                                            "kt:genetic_algorithm") if HAS_KT else ())
-    results = bench(problems_for(ROOT, [RMSNORM, SILU]),
+    results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]) + problems_for(ROOT, [SILU]),
                     BenchSettings(budget=20, seeds=5, strategies=("ktune", *rivals), jobs=2), progress=False)
     for lr in results:
         by = {r.strategy: r for r in lr.results if not r.skipped}
@@ -79,7 +79,7 @@ def test_the_default_strategy_needs_fewer_trials_than_every_other() -> None:
 
 def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(ROOT), "--seeds", "2", "--budget", "10",
+    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(RMSNORM_ROOT), "--seeds", "2", "--budget", "10",
                    "--strategies", "ktune,random", "--out", str(out), "--jobs", "2"])
     assert rc == 0
     text = capsys.readouterr().out
@@ -95,7 +95,7 @@ def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.
 
 
 def test_the_command_refuses_a_budget_larger_than_the_space(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(ROOT), "--budget", "500"])
+    rc = cli.main(["bench-search", str(RMSNORM), "--root", str(RMSNORM_ROOT), "--budget", "500"])
     assert rc == 2
     assert "larger than the space" in capsys.readouterr().err
 
@@ -110,7 +110,7 @@ def test_the_command_refuses_a_truncated_file(tmp_path: Path, capsys: pytest.Cap
 
 def test_seeds_run_side_by_side_give_the_same_traces() -> None:
     strategies = ("ktune", "random") + (("kt:random_sample",) if HAS_KT else ())
-    problems = problems_for(ROOT, [RMSNORM])
+    problems = problems_for(RMSNORM_ROOT, [RMSNORM])
     one, two = (bench(problems, BenchSettings(budget=8, seeds=3, strategies=strategies, jobs=j), progress=False)
                 for j in (1, 2))
     assert [r.traces for r in one[0].results] == [r.traces for r in two[0].results]
@@ -143,7 +143,7 @@ def test_the_default_strategy_reaches_3_percent_within_its_priors(name: str) -> 
     lands = [landscape(p) for p in sorted(LANDSCAPES.glob(name.split("-", maxsplit=1)[0] + "-*"))]
     land = next(x for x in lands if x.path is not None and x.path.name == name)
     others = tuple(x for x in lands if x is not land and dict(x.key) != dict(land.key))
-    problem = Problem(land, target(land.name), ROOT, others)
+    problem = Problem(land, target(land.name), root_of(land.name), others)
     for seed in (0, 1):
         trace = run_ktune(problem, 8, seed, False)
         reached = trials_to(trace, land.optimum.value_us * 1.03)
@@ -173,7 +173,7 @@ def test_where_no_prior_hits_the_default_strategy_still_beats_the_best_rival(nam
     lands = [landscape(p) for p in sorted(LANDSCAPES.glob(name.split("-", maxsplit=1)[0] + "-*"))]
     land = next(x for x in lands if x.path is not None and x.path.name == name)
     others = tuple(x for x in lands if x is not land and dict(x.key) != dict(land.key))
-    problem = Problem(land, target(land.name), ROOT, others)
+    problem = Problem(land, target(land.name), root_of(land.name), others)
     # Without noise, and with the records replayed by the same strategy, every seed gives these.
     trace = run_ktune(problem, min(100, len(land.points)), 0, False)
     reached = trials_to(trace, land.optimum.value_us * 1.03 * (1 + 1e-9))
@@ -213,7 +213,7 @@ def test_the_overall_table_sums_medians_and_counts_a_miss_as_the_budget_plus_one
 
 def test_the_default_strategys_own_parts_are_not_its_rivals() -> None:
     # ktune:tpe and bo are ablations of the default; the summary sets it against the others only.
-    results = bench(problems_for(ROOT, [RMSNORM]),
+    results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]),
                     BenchSettings(budget=10, seeds=2, strategies=("ktune", "ktune:tpe", "bo", "random")),
                     progress=False)
     by = {r.strategy: r for r in results[0].results}

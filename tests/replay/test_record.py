@@ -11,13 +11,14 @@ from pytest_ktune import cli
 from pytest_ktune.lab.landscape import load
 from pytest_ktune.lab.replay import check_landscape, replay_tune
 
-from ._data import ROOT, target
+from ._data import RMSNORM_ROOT, target
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dest = tmp_path_factory.mktemp("record") / "example_project"
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".ktune", "__pycache__", "ktune-params.json"))
+    dest = tmp_path_factory.mktemp("record") / "record_project"  # imports as record_project.kernels.*
+    # rmsnorm as its committed landscapes were recorded (tests/replay/_data.py): a sweep of 20 points.
+    shutil.copytree(RMSNORM_ROOT, dest, ignore=shutil.ignore_patterns(".ktune", "__pycache__", "ktune-params.json"))
     return dest
 
 

@@ -10,7 +10,7 @@ import pytest
 from pytest_ktune import cli
 from pytest_ktune.lab.landscape import load
 
-from ._data import ROOT
+from ._data import RMSNORM_ROOT, ROOT
 
 
 @pytest.fixture()
@@ -18,7 +18,8 @@ def project(tmp_path: Path) -> Path:
     # A folder name of its own: its kernels import as redo_project.kernels.*, not as the example_project
     # modules another test may have imported from elsewhere in this process.
     dest = tmp_path / "redo_project"
-    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(".ktune", "__pycache__", "ktune-params.json"))
+    # rmsnorm as its committed landscapes were recorded (tests/replay/_data.py): a sweep of 20 points.
+    shutil.copytree(RMSNORM_ROOT, dest, ignore=shutil.ignore_patterns(".ktune", "__pycache__", "ktune-params.json"))
     return dest
 
 

@@ -168,3 +168,14 @@ def test_the_rule_templater_keeps_the_backends_own_parameters() -> None:
     proposal = rule_proposal(base, "opencl")
     assert "read_only" not in proposal.space and proposal.space["TILE"] == (1, 2, 4)
     assert "GRID_CAP" in proposal.space and "BLOCK" in proposal.space
+
+
+def test_a_record_written_before_the_space_grew_reads_the_defaults_values_for_the_new_parameters() -> None:
+    # The template gained read_only after this record was written; its default (0) is the kernel it had.
+    cuda = _make().for_backend("cuda")
+    assert cuda.complete({"BLOCK": 128, "TILE": 2}) == {"BLOCK": 128, "TILE": 2, "read_only": 0}
+    cuda.check_config(cuda.complete({"BLOCK": 128, "TILE": 2}), {"H": 8}, "recorded configuration")
+    assert cuda.complete({"BLOCK": 128, "TILE": 2, "read_only": 1}) == {"BLOCK": 128, "TILE": 2, "read_only": 1}
+    # A parameter the space does not have is kept, and the check names it.
+    with pytest.raises(SpaceError, match="unknown parameter WARP"):
+        cuda.check_config(cuda.complete({"BLOCK": 128, "WARP": 4}), {"H": 8}, "recorded configuration")
