@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The second device call of session 10: the Triton backend on the GPU (issue 25: its tests, the example's
 # Triton cases gated, a tune, Liger-Kernel's RMSNorm tuned against its own heuristic, the call's cost), the
-# production call's GPU tests and profile after the host-work cuts (issue 32), and the launcher A/B test
-# (issue 24). The steps are those of benchmarks/h200_triton.sh and h200_s10_call.sh, in one call; everything
+# production call's profile after the host-work cuts (issue 32), and every gpu test but the sanitizer's
+# (the launcher A/B test of issue 24 among them). The steps are those of benchmarks/h200_triton.sh and h200_s10_call.sh, in one call; everything
 # ends in $OUT/all.tgz (the device returns at most 8 files). Each step has a time limit (seconds).
 # Usage: OUT=DIR bash benchmarks/h200_s10b.sh   (the wheels in .whl/, liger-kernel's among them)
 set -uo pipefail
@@ -11,7 +11,6 @@ TAIL=4
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
-step tests_launcher 40 python3 -m pytest -p no:cacheprovider -q -rs tests/plugin/test_base_launcher_cuda.py
 step tests_triton 75 python3 -m pytest -p no:cacheprovider -q -rs tests/contract/test_triton_contract.py \
     tests/unit/test_triton.py tests/plugin/test_triton.py
 step gate_triton 60 python3 benchmarks/gate_cost.py cost --backend triton -k triton_ --runs 2 --label triton \
@@ -20,7 +19,7 @@ step tune_triton_rmsnorm 40 python3 -m pytest_ktune.cli tune example_project tri
     --key T=1024 --key dtype=float16 --trials 24 --no-write
 step liger 90 python3 benchmarks/triton_liger.py --trials 8 --out "$OUT/triton_liger.json"
 step triton_call 30 python3 benchmarks/triton_call.py --calls 2000 --repeats 5 --out "$OUT/triton_call.json"
-step tests_call_gpu 130 python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
-    tests/contract/test_cuda_contract.py tests/contract/test_cuda_fixture.py
+step tests_gpu 150 python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests \
+    --ignore=tests/agent/test_sanitizer_gpu.py
 step profile_call 40 python3 benchmarks/profile_call.py --calls 2000 --out "$OUT"
 (cd "$OUT" && tar czf all.tgz --exclude=all.tgz -- * && find . -type f ! -name all.tgz -delete)
