@@ -201,7 +201,7 @@ def _params(target: Any, backend: Any, bound: dict[str, Any]) -> tuple[dict[str,
 
     path = params_path(target.file.parent)
     record = Store.load(path).find(target_id(target, path.parent), backend.device.id, target.key(bound))
-    return (dict(record.params), "recorded") if record else (dict(target.default), "default")
+    return (target.complete(record.params), "recorded") if record else (dict(target.default), "default")
 
 
 def main() -> int:
