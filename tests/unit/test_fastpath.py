@@ -110,7 +110,8 @@ def test_a_params_file_damaged_while_the_process_runs_keeps_the_old_parameters(t
 
     out, messages = _caught(reload_and_call)
     np.testing.assert_array_equal(out, X * 5)
-    assert len(messages) == 1
+    # (ktune.reload() reads every params file this process watches: an earlier test's damaged one warns too)
+    assert len([m for m in messages if str(params) in m]) == 1
     # Fixed: the new parameters.
     _prod.write_params(params, [_prod.record("fast_c", "scale", _prod.device_id(q), 100, 3)])
     ktune.reload()
