@@ -121,6 +121,9 @@ class Devices:
         if len(loops) == 1:
             loops[0].run(deadline, tick)
             return
+        asking = threading.Lock()  # one budget check and ask at a time over the devices' loops
+        for loop in loops:
+            loop.asking = asking
         errors: list[KtuneError] = []
         broken: list[BaseException] = []
 

@@ -51,6 +51,9 @@ class StudyLoop:
         self._classes_by_number: dict[int, str] = {}  # trial number -> its configuration's class
         self.device = device
         self.stop = threading.Event()  # set: the loop ends before its next batch (another device's loop ended it)
+        # held from the budget's check to the ask: the loops of several devices in one process share one, so
+        # that two never both see the last trial of the budget free (``tuner.devices``)
+        self.asking: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         self._untold: dict[int, tuple[Any, dict[str, Value]]] = {}  # the batch's trials not told yet, by number
 
     def _trials(self, *states: Any) -> list[Any]:
@@ -102,15 +105,16 @@ class StudyLoop:
             in_batch: set[str] = set()
             busy = 0
             while len(batch) < settings.batch:
-                busy = self.in_flight({t.number for t, _ in batch})
-                if self.timed() + busy + len(batch) >= self.budget or fruitless > limit:
-                    break
-                if stuck >= STUCK_AFTER:
-                    # The sampler keeps proposing what was seen: time a configuration it has not tried
-                    # instead, so that a budget as large as the space covers the space.
-                    self._explore(in_batch, seed)
-                    stuck = 0
-                trial = self.study.ask(self.enc.distributions)
+                with self.asking:
+                    busy = self.in_flight({t.number for t, _ in batch})
+                    if self.timed() + busy + len(batch) >= self.budget or fruitless > limit:
+                        break
+                    if stuck >= STUCK_AFTER:
+                        # The sampler keeps proposing what was seen: time a configuration it has not tried
+                        # instead, so that a budget as large as the space covers the space.
+                        self._explore(in_batch, seed)
+                        stuck = 0
+                    trial = self.study.ask(self.enc.distributions)
                 cfg = self.enc.decode(trial.params)
                 ck = self._class(cfg)
                 broken = self.target.space.violated(cfg, self.key)

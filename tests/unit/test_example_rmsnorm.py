@@ -89,7 +89,9 @@ def test_a_row_longer_than_the_registers_hold_is_read_again_for_the_rest(backend
 
 def _recorded() -> list[dict[str, Any]]:
     records = json.loads((REPO / "example_project" / "ktune-params.json").read_text())["records"]
-    found = {json.dumps(r["params"], sort_keys=True) for r in records if r["target"].endswith("::rmsnorm")}
+    # the records written before the space grew (tuned ones since hold ROWS, CACHE and REDUCE of their own)
+    found = {json.dumps(r["params"], sort_keys=True) for r in records
+             if r["target"].endswith("::rmsnorm") and "ROWS" not in r["params"]}
     return [json.loads(p) for p in sorted(found)]
 
 
