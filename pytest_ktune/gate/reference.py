@@ -187,6 +187,7 @@ def of_whole_target(target: Target, backend: str, whole: WholeTarget, *, label: 
     ones, the source comes pinned to them (under ``scratch``), so that no compiled program of the
     current source, keyed by its text, stands in for it."""
     old_target = whole.target
+    old_params = old_target.complete(old_params)  # its launcher runs it: a record of an older space, whole
     path = old_target.source_path(backend)
     try:
         text = old_target.source_text(backend)

@@ -222,7 +222,7 @@ class Gate:
             key = item.key if whole is None else self._key_at(whole, item, ref.label)
             rec = ref.record(item.target_id, self.measurer.device().id, key)
             if whole is not None:
-                old = whole.target.complete(rec.params) if rec is not None else whole.target.default
+                old = rec.params if rec is not None else whole.target.default
                 return of_whole_target(target, backend, whole, label=ref.label, params=params, old_params=old,
                                        scratch=scratch)
             return at_ref(target, backend, ref, ref_params=rec.params if rec else None, params=params,
@@ -239,8 +239,7 @@ class Gate:
             whole = self._whole(snap, item, backend, always=text_changed)
             if whole is not None:
                 return of_whole_target(target, backend, whole, label=baseline_label(base), params=params,
-                                       old_params=whole.target.complete(base.params), scratch=scratch,
-                                       recorded=base)
+                                       old_params=base.params, scratch=scratch, recorded=base)
         return of_baseline(target, backend, base, params=params, root=self.settings.root, scratch=scratch)
 
     @staticmethod
