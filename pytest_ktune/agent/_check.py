@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -254,19 +255,23 @@ def _run_tools(plan: ToolPlan, target: Target, base: Target, *, backend: str, ca
     odd = [i for i in plain if i >= first]
     head = odd + [i for i in sorted(smallest.values()) if i not in odd]
     picked = value_cover(checked)
-    runs: list[ToolRun] = []
-    for tool in names:
+
+    def one(tool: str) -> ToolRun:
         if not available(tool):
-            runs.append(ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})"))
-            continue
+            return ToolRun(tool, "unavailable", note=f"not installed ({INSTALL[tool]})")
         cases = head + (edges if tool in SANITIZER_TOOLS else [])
         groups = [list(range(len(head))), *([p] for p in range(len(head), len(cases)))]
         keys = [target.case_key(target.cases[i]) for i in cases]
         configs = [checked[i] for i in picked if any(target.space.valid(dict(checked[i]), k) for k in keys)]
         timeout = budget.cap(plan.timeout_s) if budget else plan.timeout_s
         log = plan.log_dir / f"{base.name}-{target.module}-{tool}.log" if plan.log_dir is not None else None
-        runs.append(run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
-                             timeout_s=timeout, groups=groups, log=log))
+        return run_tool(tool, TargetRef.of(target), backend=backend, cases=cases, configs=configs, seed=seed,
+                        timeout_s=timeout, groups=groups, log=log)
+
+    # Each tool runs in a process of its own and they share nothing: compute-sanitizer's four run side by
+    # side (one GPU takes several processes at once), so the stage lasts as long as its slowest tool.
+    with ThreadPoolExecutor(max_workers=max(1, len(names)), thread_name_prefix="ktune-tool") as pool:
+        runs = list(pool.map(one, names))
     return runs
 
 
