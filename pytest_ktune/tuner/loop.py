@@ -21,6 +21,7 @@ from pytest_ktune.tuner.outcome import TrialRow
 from pytest_ktune.tuner.settings import TuneSettings
 
 STUCK_AFTER = 2  # proposals in a row that bring nothing new before the loop picks an untried configuration
+ASK_WAIT_S = 5.0  # how long a proposal waits for another process's earlier trial to have all its parameters
 
 if TYPE_CHECKING:
     import optuna
@@ -208,20 +209,39 @@ class StudyLoop:
         ck = config_key(cfg)
         return self.classes.get(ck, ck)
 
+    def _asked(self, trial: Any) -> bool:
+        """Whether every parameter of ``trial`` is in the storage: an ask writes them one at a time, so a
+        process sharing the study may read another's trial with only some of them."""
+        return len(trial.params) >= len(self.enc.distributions)
+
     def _class_of(self, trial: Any) -> str:
         """The class of a trial's configuration (remembered by trial number: a trial's parameters are
-        set once, and every proposal looks through all the trials of the study)."""
+        set once, and every proposal looks through all the trials of the study). Only for a trial whose
+        parameters are all written (``_asked``)."""
         ck = self._classes_by_number.get(trial.number)
         if ck is None:
             ck = self._classes_by_number[trial.number] = self._class(self.enc.decode(trial.params))
         return ck
 
     def _twin(self, number: int, ck: str) -> Any:
-        """The lowest-numbered other trial of the same class (``ck``) that is running or complete."""
+        """The lowest-numbered other trial of the same class (``ck``) that is running or complete.
+
+        The lower number times the configuration, a higher one is answered from it; so this waits for the
+        lower-numbered trials that other processes are still asking (their parameters half written) to be
+        complete, or else two processes could each miss the other's trial and time one configuration twice
+        (bounded: a process that died while asking leaves a trial without parameters)."""
         from optuna.trial import TrialState
 
-        for t in sorted(self._trials(TrialState.COMPLETE, TrialState.RUNNING), key=lambda t: t.number):
-            if t.number != number and t.params and self._class_of(t) == ck and "duplicate" not in t.user_attrs:
+        end = time.monotonic() + ASK_WAIT_S
+        while True:
+            trials = sorted(self._trials(TrialState.COMPLETE, TrialState.RUNNING), key=lambda t: t.number)
+            recent = datetime.datetime.now() - datetime.timedelta(seconds=ASK_WAIT_S)
+            if time.monotonic() > end or all(self._asked(t) for t in trials if t.number < number
+                                             and (t.datetime_start is None or t.datetime_start > recent)):
+                break
+            time.sleep(0.02)
+        for t in trials:
+            if t.number != number and self._asked(t) and self._class_of(t) == ck and "duplicate" not in t.user_attrs:
                 return t if t.number < number or t.state == TrialState.COMPLETE else None
         return None
 
@@ -231,7 +251,7 @@ class StudyLoop:
         from optuna.trial import TrialState
 
         for t in self._trials(TrialState.FAIL):
-            if t.number != number and t.params and ("failed" in t.user_attrs or "infeasible" in t.user_attrs) \
+            if t.number != number and self._asked(t) and ("failed" in t.user_attrs or "infeasible" in t.user_attrs) \
                     and self._class_of(t) == ck:
                 return t
         return None
