@@ -86,7 +86,7 @@ def device_count(name: str) -> int:
 
         return gpu_count()
     if name == "opencl":
-        from pytest_ktune.backends.opencl import device_count as opencl_count
+        from pytest_ktune.backends.opencl_devices import device_count as opencl_count
 
         return opencl_count()
     if name == "triton":

@@ -95,9 +95,9 @@ def record(module: str, target: str, device: str, n: int, scale: int) -> dict[st
 def queue() -> Any:
     import pyopencl as cl
 
-    from pytest_ktune.backends.opencl import _pick_device
+    from pytest_ktune.backends.opencl_devices import pick_device
 
-    return cl.CommandQueue(cl.Context([_pick_device(cl)]))
+    return cl.CommandQueue(cl.Context([pick_device(cl)]))
 
 
 def device_id(q: Any) -> str:

@@ -51,14 +51,14 @@ def test_no_cupy_at_all_points_at_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_pyopencl_without_a_driver_points_at_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_ktune.backends.opencl import _pick_device
+    from pytest_ktune.backends.opencl_devices import pick_device
 
     def no_icd() -> list[Any]:
         raise RuntimeError("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
 
     with pytest.raises(BackendUnavailable, match="no OpenCL platform found") as info:
-        _pick_device(types.SimpleNamespace(get_platforms=no_icd))
+        pick_device(types.SimpleNamespace(get_platforms=no_icd))
     assert "pytest-ktune[opencl]" not in info.value.hint and "pocl-binary-distribution" in info.value.hint
     with pytest.raises(BackendUnavailable, match="OpenCL found no device") as info:
-        _pick_device(types.SimpleNamespace(get_platforms=lambda: []))
+        pick_device(types.SimpleNamespace(get_platforms=lambda: []))
     assert "an OpenCL driver is what is missing" in info.value.hint

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ktune.backends import opencl
+from pytest_ktune.backends import opencl, opencl_devices
 from pytest_ktune.core.errors import BackendUnavailable, CompileError, KtuneWarning
 
 UNKNOWN_CPU = ("clBuildProgram failed: BUILD_PROGRAM_FAILURE - clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\n"
@@ -48,7 +48,7 @@ class _FakeCL:
     Error = _Error
     CompilerWarning = UserWarning
 
-    class device_type:  # noqa: N801 - pyopencl's spelling
+    class device_type:
         GPU = 4
 
     def __init__(self, *platforms: _Platform) -> None:
@@ -58,10 +58,10 @@ class _FakeCL:
     def get_platforms(self) -> list[_Platform]:
         return self.platforms
 
-    def Context(self, devices: list[_Device]) -> Any:  # noqa: N802 - pyopencl's spelling
+    def Context(self, devices: list[_Device]) -> Any:
         return devices[0]
 
-    def Program(self, device: _Device, source: str) -> Any:  # noqa: N802 - pyopencl's spelling
+    def Program(self, device: _Device, source: str) -> Any:
         fake = self
 
         class _Built:
@@ -75,8 +75,8 @@ class _FakeCL:
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(opencl, "_probed", {})
-    monkeypatch.setattr(opencl, "_told", set())
+    monkeypatch.setattr(opencl_devices, "_probed", {})
+    monkeypatch.setattr(opencl_devices, "_told", set())
     monkeypatch.delenv("KTUNE_OPENCL_DEVICE", raising=False)
 
 
@@ -85,7 +85,7 @@ def test_a_platform_that_cannot_build_is_left_out_with_a_warning_naming_it_and_t
     distro = _Platform(2, "PoCL 3.1+debian", ["pthread-AMD EPYC", "pthread-AMD EPYC"])
     cl = _FakeCL(wheel, distro)
     with pytest.warns(KtuneWarning) as caught:
-        chosen = opencl._candidates(cl)
+        chosen = opencl_devices._candidates(cl)
     assert chosen == distro.devices  # the two of one platform, not all four
     (message,) = [str(w.message) for w in caught]
     assert "PoCL 3.0-rc2" in message and "unknown target CPU 'generic'" in message
@@ -93,7 +93,7 @@ def test_a_platform_that_cannot_build_is_left_out_with_a_warning_naming_it_and_t
     # Once a process: asked again (each measurement process asks), neither a second build nor a second warning.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert opencl._candidates(cl) == distro.devices
+        assert opencl_devices._candidates(cl) == distro.devices
     assert cl.builds == ["PoCL 3.0-rc2", "PoCL 3.1+debian"]
 
 
@@ -101,12 +101,12 @@ def test_two_working_platforms_of_one_device_count_it_once() -> None:
     cl = _FakeCL(_Platform(1, "PoCL 3.1+debian", ["cpu", "cpu"]), _Platform(2, "PoCL 3.0-rc2", ["cpu", "cpu"]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert [d.platform.version for d in opencl._candidates(cl)] == ["PoCL 3.1+debian"] * 2
+        assert [d.platform.version for d in opencl_devices._candidates(cl)] == ["PoCL 3.1+debian"] * 2
 
 
 def test_one_platform_is_used_as_it_is_and_its_first_build_says_what_to_do() -> None:
     cl = _FakeCL(_Platform(1, "PoCL 3.0-rc2", ["cpu"], broken=UNKNOWN_CPU))
-    assert len(opencl._candidates(cl)) == 1
+    assert len(opencl_devices._candidates(cl)) == 1
     assert cl.builds == []  # no probe: the first real build fails with the same hint
 
 
@@ -114,7 +114,7 @@ def test_no_platform_that_builds_is_a_clear_unavailable_backend() -> None:
     cl = _FakeCL(_Platform(1, "PoCL 3.0-rc2", ["cpu"], broken=UNKNOWN_CPU),
                  _Platform(2, "Other 1.0", ["cpu"], broken="error: the compiler crashed"))
     with pytest.raises(BackendUnavailable) as info:
-        opencl._candidates(cl)
+        opencl_devices._candidates(cl)
     text = str(info.value)
     assert "no OpenCL platform here builds a program" in text
     assert "PoCL 3.0-rc2" in text and "Other 1.0" in text and "the compiler crashed" in text
@@ -124,9 +124,9 @@ def test_no_platform_that_builds_is_a_clear_unavailable_backend() -> None:
 def test_gpus_come_first_and_the_named_device_narrows_the_platforms(monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = _Platform(1, "GPU runtime", ["gpu0", "gpu1"], gpu=True)
     cpu = _Platform(2, "PoCL 3.1+debian", ["cpu"])
-    assert opencl._candidates(_FakeCL(cpu, gpu)) == gpu.devices
+    assert opencl_devices._candidates(_FakeCL(cpu, gpu)) == gpu.devices
     monkeypatch.setenv("KTUNE_OPENCL_DEVICE", "cpu")
-    assert opencl._candidates(_FakeCL(cpu, gpu)) == cpu.devices
+    assert opencl_devices._candidates(_FakeCL(cpu, gpu)) == cpu.devices
 
 
 def test_a_build_failing_on_an_unknown_cpu_gives_the_driver_hint_not_fix_the_source(tmp_path: Any) -> None:
