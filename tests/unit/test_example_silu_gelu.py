@@ -17,6 +17,7 @@ from pytest_ktune import BackendUnavailable
 from pytest_ktune.backends import Backend, create
 from pytest_ktune.core.case import edge_values
 from pytest_ktune.core.discover import discover
+from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.runtime import run
 from pytest_ktune.measure.verify import call_reference, check_outputs
@@ -49,7 +50,7 @@ def _key(t: int, inter: int, dtype: str) -> dict[str, Any]:
 
 def _inputs(t: int, inter: int, dtype: str, seed: int = 0) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
-    return {"x": (rng.standard_normal((t, 2 * inter)) * 2).astype(dtype)}
+    return {"x": (rng.standard_normal((t, 2 * inter)) * 2).astype(as_dtype(dtype))}
 
 
 def _run(backend: Backend, target: Target, params: dict[str, Any], host: dict[str, Any]) -> np.ndarray:
@@ -112,6 +113,18 @@ def test_every_class_of_configuration_matches_the_reference_at_a_declared_shape(
     host = _inputs(t, inter, dtype, seed=2)
     for params in configs:
         _check(backend, target, params, host, f"T{t}-I{inter}-{dtype}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_class_of_configuration_matches_the_reference_in_bfloat16(backend: Backend, name: str) -> None:
+    if backend.name != "cuda":
+        pytest.skip("OpenCL has no bfloat16: CUDA only")
+    target = NEW[name]
+    configs = _classes(target, _key(5, 1000, "bfloat16"))
+    assert len(configs) >= 24
+    host = _inputs(5, 1000, "bfloat16", seed=5)
+    for params in configs:
+        _check(backend, target, params, host, "T5-I1000-bfloat16")
 
 
 @pytest.mark.parametrize("name", NAMES)
