@@ -21,14 +21,14 @@ keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-kq26d.json"; }
 # shapes, the fast paths at the edge values, and the recorded configurations bit for bit against the
 # kernels before ROWS, FAST and GRID (tests/data/glu_v1).
 step glu_correct 80 bash -c "python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda $ek \
-    -k '(silu_and_mul or gelu_tanh_and_mul) and correct and not triton' -q -rs && python3 -m pytest \
+    -k '(silu_and_mul or gelu_tanh_and_mul) and correct and not triton' -q -rs; python3 -m pytest \
     -p no:cacheprovider -q -rs tests/unit/test_example_silu_gelu.py -k cuda"
-# Tuned on their CUDA keys (8 and 9): at most 4 s of search a key, then its A/B against the record.
-step silu_tune 70 python3 -m pytest_ktune.cli tune silu_and_mul --root "$ek" --backend cuda --trials 24 \
-    --timeout 4 --seed 1 --write file
+# Tuned on their CUDA keys (8 and 9): at most 3 s (30 trials) of search a key, then its A/B against the record.
+step silu_tune 70 python3 -m pytest_ktune.cli tune silu_and_mul --root "$ek" --backend cuda --trials 30 \
+    --timeout 3 --seed 1 --write file
 keep
-step gelu_tune 80 python3 -m pytest_ktune.cli tune gelu_tanh_and_mul --root "$ek" --backend cuda --trials 24 \
-    --timeout 4 --seed 1 --write file
+step gelu_tune 80 python3 -m pytest_ktune.cli tune gelu_tanh_and_mul --root "$ek" --backend cuda --trials 30 \
+    --timeout 3 --seed 1 --write file
 keep
 # The table: tuned (the new records) against the default, torch eager, torch.compile and Liger (SwiGLU and
 # GEGLU as their users call them), and the floor on the small cases.
