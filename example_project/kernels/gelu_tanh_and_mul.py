@@ -3,6 +3,12 @@
 ``x`` is ``[T, 2I]``: the gate in ``x[:, :I]``, the up projection in
 ``x[:, I:]``; ``out[t, i] = gelu_tanh(x[t, i]) * x[t, I + i]`` with
 ``gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))``.
+
+Its space holds what wins at each shape class: the flat range of vectors that serving stacks ship (the
+default), a 2-D grid that takes several rows (tokens) a block with no division per vector and every
+load in flight before the first store (few tokens), 16-byte loads and stores, the same function in two
+special-function instructions (``g / (1 + e^-2z)``, z the tanh's argument), and a persistent grid whose
+blocks stride over the rows (many tokens).
 """
 
 from __future__ import annotations
@@ -30,12 +36,30 @@ def _case(t: int, inter: int, dtype: str, **kw: Any) -> ktune.Case:
     return ktune.Case(x=ktune.Tensor((t, 2 * inter), dtype), **kw)
 
 
+# CUDA's limit on gridDim.y: the row groups past it are taken by the blocks striding over them.
+MAX_GRID_Y = 65535
+
+
 @ktune.target(
     sources={"cuda": "gelu_tanh_and_mul.cu", "opencl": "gelu_tanh_and_mul.cl"},
-    # What serving stacks ship: 256 threads, scalar loads, one element per thread.
-    default={"BLOCK": 256, "VEC": 1, "ITEMS": 1},
-    space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8], ITEMS=[1, 2, 4, 8],
-                      constraints=["I % VEC == 0"]),
+    # What serving stacks ship: 256 threads, scalar loads, one element per thread. ROWS=0 and FAST=0 are
+    # the kernel before those parameters existed (GRID only caps the 2-D launch), so records written
+    # without them mean what they meant.
+    default={"BLOCK": 256, "VEC": 1, "ITEMS": 1, "ROWS": 0, "FAST": 0, "GRID": 0},
+    space=ktune.Space(
+        BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8], ITEMS=[1, 2, 4, 8],
+        ROWS=[0, 1, 2, 4, 8],             # 0: one flat range of vectors; >= 1: a 2-D grid, ROWS rows a block
+        FAST=[0, 1],                      # 1: g / (1 + e^-2z) by __expf and __fdividef instead of tanhf
+        GRID=[0, 256, 512, 1024, 2048],   # with ROWS >= 1: at most this many blocks, striding over the rows
+        constraints=[
+            "I % VEC == 0",                                   # whole vectors in a row, each one aligned
+            "ROWS <= T",                                      # no block of rows all past the last
+            "ROWS == 0 or (ITEMS - 1) * BLOCK * VEC < I",     # each of a block's passes meets the row
+            "ROWS * ITEMS * VEC <= 64",                       # at most 64 elements of x held a thread
+            # A cap only where it binds: a row's column blocks or more, fewer than the grid would have.
+            "GRID == 0 or ROWS >= 1 and (I // VEC + BLOCK * ITEMS - 1) // (BLOCK * ITEMS) <= GRID"
+            " < (T + ROWS - 1) // ROWS * ((I // VEC + BLOCK * ITEMS - 1) // (BLOCK * ITEMS))",
+        ]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "I": x.shape[1] // 2, "dtype": x.dtype.name},
     defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
                        "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
@@ -56,8 +80,12 @@ def gelu_tanh_and_mul(kernel: ktune.Kernel, x: Any) -> Any:
     tokens, two_i = x.shape
     inter = two_i // 2
     out = kernel.empty((tokens, inter), x.dtype)
-    vectors = tokens * (inter // int(kernel["VEC"]))
     per_block = int(kernel["BLOCK"]) * int(kernel["ITEMS"])
-    kernel.launch(grid=ktune.cdiv(vectors, per_block), block=kernel["BLOCK"],
-                  args=[out, x, np.int64(tokens), np.int32(inter)])
+    rows, vectors = int(kernel["ROWS"]), inter // int(kernel["VEC"])
+    if rows == 0:
+        grid: int | tuple[int, int] = ktune.cdiv(tokens * vectors, per_block)
+    else:
+        columns, groups, cap = ktune.cdiv(vectors, per_block), ktune.cdiv(tokens, rows), int(kernel["GRID"])
+        grid = (columns, min(groups, MAX_GRID_Y, max(1, cap // columns) if cap else groups))
+    kernel.launch(grid=grid, block=kernel["BLOCK"], args=[out, x, np.int64(tokens), np.int32(inter)])
     return out

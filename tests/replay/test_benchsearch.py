@@ -59,14 +59,14 @@ def test_an_unknown_strategy_lists_the_known_ones() -> None:
 def test_a_landscape_of_a_changed_kernel_is_refused(tmp_path: Path) -> None:
     stale = replace(landscape(SILU), source_hash="0123456789abcdef").save(tmp_path / "stale.json")
     with pytest.raises(LandscapeError, match="source hash 0123456789abcdef"):
-        problems_for(ROOT, [stale])
+        problems_for(root_of("silu_and_mul"), [stale])
 
 
 def test_the_default_strategy_needs_fewer_trials_than_every_other() -> None:
     """The claim of the benchmark figure, at 5 seeds and a budget of 20, on the committed landscapes."""
     rivals = ("random", "tpe", "cmaes") + (("kt:pso", "kt:firefly_algorithm", "kt:simulated_annealing",
                                            "kt:genetic_algorithm") if HAS_KT else ())
-    results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]) + problems_for(ROOT, [SILU]),
+    results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]) + problems_for(root_of("silu_and_mul"), [SILU]),
                     BenchSettings(budget=20, seeds=5, strategies=("ktune", *rivals), jobs=2), progress=False)
     for lr in results:
         by = {r.strategy: r for r in lr.results if not r.skipped}

@@ -11,7 +11,7 @@ from pytest_ktune.lab.landscape import LandscapeError
 from pytest_ktune.lab.replay import ReplayPool, check_landscape, replay_tune
 from pytest_ktune.measure.worker import TargetRef, WorkerSpec
 
-from ._data import LANDSCAPES, RMSNORM, ROOT, SILU, landscape, target
+from ._data import LANDSCAPES, RMSNORM, ROOT, SILU, SILU_ROOT, landscape, target
 
 
 def _pool(noise: bool = False, seed: int = 0) -> ReplayPool:
@@ -48,7 +48,7 @@ def test_a_configuration_outside_the_landscape_is_a_clear_error() -> None:
 @pytest.mark.parametrize("sampler", ["bo", "tpe"])
 def test_a_replayed_tune_goes_through_tune_key_never_retimes_and_keeps_the_budget(sampler: str) -> None:
     t = target("silu_and_mul")
-    r = replay_tune(ROOT, t, landscape(SILU), sampler=sampler, trials=25, seed=3)
+    r = replay_tune(SILU_ROOT, t, landscape(SILU), sampler=sampler, trials=25, seed=3)
     keys = [config_key(c) for c, _ in r.trace]
     assert len(keys) == len(set(keys)) == 25
     # A key not tuned yet: the 16-byte-vector prior comes first, then the default.
@@ -68,7 +68,7 @@ def test_replays_are_reproducible_for_a_seed() -> None:
 
 def test_without_priors_the_sampler_follows_the_default_alone() -> None:
     t = target("silu_and_mul")
-    r = replay_tune(ROOT, t, landscape(SILU), sampler="random", trials=5, seed=1, priors=False)
+    r = replay_tune(SILU_ROOT, t, landscape(SILU), sampler="random", trials=5, seed=1, priors=False)
     assert r.trace[0][0] == dict(t.default)
     assert {"BLOCK": 256, "VEC": 8, "ITEMS": 1} not in [c for c, _ in r.trace[1:2]]
 
@@ -98,7 +98,7 @@ def test_a_record_of_a_key_alike_comes_before_the_other_priors_and_one_far_away_
     far = replace(land, key={"T": 16, "I": 14336, "dtype": "float16"})
     seen_alike = {"BLOCK": 64, "VEC": 8, "ITEMS": 2}
     seen_far = {"BLOCK": 128, "VEC": 8, "ITEMS": 2}
-    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
+    r = replay_tune(SILU_ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
                     records=[record_of(far, seen_far), record_of(alike, seen_alike)])
     # one 16-byte vector per thread, the default, the alike key's best, one 8-byte vector per thread,
     # the far key's best
@@ -112,7 +112,8 @@ def test_a_key_tuned_before_times_its_parameters_first() -> None:
 
     land = landscape(SILU)
     mine = {"BLOCK": 128, "VEC": 4, "ITEMS": 2}
-    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="bo", trials=3, seed=0, records=[record_of(land, mine)])
+    r = replay_tune(SILU_ROOT, target("silu_and_mul"), land, sampler="bo", trials=3, seed=0,
+                    records=[record_of(land, mine)])
     assert [c for c, _ in r.trace] == [mine, dict(target("silu_and_mul").default), {"BLOCK": 256, "VEC": 8, "ITEMS": 1}]
 
 
@@ -137,7 +138,7 @@ def test_a_record_of_other_element_types_is_timed_after_the_priors() -> None:
     land = landscape(SILU)
     seen = {"BLOCK": 64, "VEC": 2, "ITEMS": 2}
     other = replace(land, key={"T": 256, "I": 14336, "dtype": "float32"})
-    r = replay_tune(ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
+    r = replay_tune(SILU_ROOT, target("silu_and_mul"), land, sampler="tpe", trials=5, seed=0,
                     records=[record_of(other, seen)])
     # Its vector width is carried over in bytes: 2 floats (8 bytes) are 4 halves.
     assert [c for c, _ in r.trace[:4]] == [{"BLOCK": 256, "VEC": 8, "ITEMS": 1}, dict(target("silu_and_mul").default),
