@@ -6,10 +6,16 @@ timed A/B against the commit's whole target."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from ._kit import ADD_CL, PRELUDE, Project, add_target, failure_section, lit, summary_rows
 
+# pyopencl loaded before torch: the mixed project below runs OpenCL beside Triton in this process, and loading
+# pyopencl only after torch and Triton have run kernels aborts the process on some hosts.
+with contextlib.suppress(ImportError):
+    import pyopencl  # noqa: F401
 pytest.importorskip("torch", reason="the triton backend runs on torch tensors")
 pytest.importorskip("triton", reason="the triton backend needs triton (pip install 'pytest-ktune[triton]')")
 
