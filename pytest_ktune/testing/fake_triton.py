@@ -11,14 +11,22 @@ and the launch through the kernel's launcher with the knobs' hooks. A launcher r
 (``WrongVariant``) when an argument does not fit the specialization its kernel was compiled for: a direct
 launch that picked the wrong variant is caught. ``runtime()`` is the ``triton_direct.Runtime`` of it.
 
-It says nothing of GPU time; ``benchmarks/triton_call.py --fake`` counts the Python work of a call with it.
+``FakeDriver`` goes one step closer: the installed Triton's own JIT, compiler and ``CompiledKernel`` on a
+fake CUDA driver (Triton compiles for sm_90 with its own ptxas; nothing loads or runs), whose launchers check
+each launch against the specialization its kernel was compiled for. ``backend_installed`` makes the triton
+backend of torch CPU tensors that launches through either, for the production call.
+
+Neither says anything of GPU time; ``benchmarks/triton_call.py --cpu`` counts the Python work of a call on
+the fake driver.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -213,3 +221,142 @@ class JITFunction:
                    kernel.packed_metadata, kernel.launch_metadata(grid, stream, *values),
                    knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *values)
         return kernel
+
+
+# -- Triton's own runtime on a fake CUDA driver --------------------------------------------------------------
+class DriverLaunch:
+    """One launch through Triton's own runtime on the fake driver: the grid, the stream, the kernel's source
+    (its specialization: ``src.attrs``, ``src.constants``) and the arguments."""
+
+    def __init__(self, grid: tuple[int, int, int], stream: int, src: Any, args: tuple[Any, ...]) -> None:
+        self.grid, self.stream, self.src, self.args = grid, stream, src, args
+
+
+class FakeDriver:
+    """A CUDA driver for the installed Triton's own JIT and compiler on a machine without a GPU: an sm_90
+    target (Triton compiles for it with its own ptxas), ``load_binary`` that loads nothing, and a launcher
+    class whose launchers check each argument against the specialization their kernel was compiled for (the
+    pointer's and integer's divisibility by 16, the constants, the types: ``WrongVariant``) and record it.
+    ``installed()`` makes it Triton's active driver while it lasts."""
+
+    def __init__(self, arch: int = 90) -> None:
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", arch, 32)
+        self.device = 0
+        self.launches: list[DriverLaunch] = []
+        log = self.launches
+
+        class Launcher:
+            def __init__(self, src: Any, metadata: Any) -> None:
+                self.src = src
+
+            def __call__(self, g0: int, g1: int, g2: int, stream: int, function: Any, meta: Any,  # noqa: PLR0917
+                         launch_metadata: Any, enter: Any, leave: Any, *args: Any) -> None:
+                check_variant(self.src, args)
+                if enter is not None:
+                    enter(launch_metadata)
+                log.append(DriverLaunch((g0, g1, g2), stream, self.src, args))
+                if leave is not None:
+                    leave(launch_metadata)
+
+        self.launcher_cls = Launcher
+        self.utils = SimpleNamespace(
+            load_binary=lambda name, kernel, shared, device: (1, 2, 32, 0, 1024),
+            get_device_properties=lambda device: {"max_shared_mem": 232448, "multiprocessor_count": 132,
+                                                  "max_num_regs": 65536, "warpSize": 32, "sm_clock_rate": 1,
+                                                  "mem_clock_rate": 1, "mem_bus_width": 1},
+            unload_module=lambda module: None)
+
+    def get_current_device(self) -> int:
+        return self.device
+
+    def get_current_stream(self, device: int) -> int:
+        return STREAM + device
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    @staticmethod
+    def is_active() -> bool:
+        return True
+
+    @contextmanager
+    def installed(self) -> Iterator[FakeDriver]:
+        """This driver as Triton's active one (and ``triton_direct.runtime()`` made of it) while it lasts."""
+        from triton.runtime.driver import driver
+
+        from pytest_ktune.backends import triton_direct
+
+        before = getattr(driver, "_active", None)  # not .active: without a GPU, making the default one fails
+        driver.set_active(self)
+        triton_direct.runtime.cache_clear()
+        try:
+            yield self
+        finally:
+            driver._active = before
+            triton_direct.runtime.cache_clear()
+
+
+def check_variant(src: Any, args: tuple[Any, ...]) -> None:
+    """Fail (``WrongVariant``) where ``args`` do not fit the specialization ``src`` was compiled for."""
+    from triton.runtime.jit import mangle_type
+
+    names = list(src.signature)
+    for i, (name, a) in enumerate(zip(names, args, strict=True)):
+        kind = src.signature[name]
+        if kind == "constexpr":
+            value = src.constants.get((i,))
+            if a != value or type(a) is not type(value):
+                raise WrongVariant(f"{name} is {a!r}; the kernel was compiled for the constant {value!r}")
+            continue
+        if kind.replace("*k", "*") != mangle_type(a):
+            raise WrongVariant(f"{name} is a {mangle_type(a)}; the kernel was compiled for a {kind}")
+        attrs = src.attrs.get((i,))
+        if attrs is None:
+            continue
+        divisible = ["tt.divisibility", 16] in attrs
+        value = a.data_ptr() if hasattr(a, "data_ptr") else a
+        if divisible != (value % 16 == 0):
+            raise WrongVariant(f"{name} is {'not ' if divisible else ''}divisible by 16; the kernel was compiled "
+                               f"{'for' if divisible else 'without'} that")
+
+
+@contextmanager
+def backend_installed(direct: Any) -> Iterator[Any]:
+    """A triton backend of torch CPU tensors that launches as on a GPU (never in the interpreter), with
+    ``direct`` as its runtime of direct launches (a ``FakeTriton``'s, or Triton's own on a ``FakeDriver``),
+    as ``backends.create("triton")`` while it lasts (and the production call's triton route made again)."""
+    import os
+
+    from pytest_ktune import backends
+    from pytest_ktune.backends.triton import TritonBackend
+    from pytest_ktune.call import torchio
+
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # a backend of CPU tensors...
+    try:
+        backend = TritonBackend()
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+    backend.device = dataclasses.replace(backend.device, interpreted=False)  # ...whose launches are no interpreter's
+    backend.direct = direct
+    saved, routes = backends._INSTANCES.get("triton"), list(torchio._TRITON_ROUTE)
+    backends._INSTANCES["triton"] = backend
+    torchio._TRITON_ROUTE.clear()
+    try:
+        yield backend
+    finally:
+        if saved is None:
+            backends._INSTANCES.pop("triton", None)
+        else:
+            backends._INSTANCES["triton"] = saved
+        torchio._TRITON_ROUTE[:] = routes

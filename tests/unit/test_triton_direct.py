@@ -5,7 +5,6 @@ production call's output for aligned, misaligned and odd-sized tensors."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -272,21 +271,13 @@ def _import(path: Path, name: str) -> ModuleType:
 @pytest.fixture
 def on_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """A target whose jit function is the fake's, on a triton backend of CPU tensors that launches directly."""
-    from pytest_ktune import backends
-    from pytest_ktune.backends.triton import TritonBackend
-    from pytest_ktune.call import torchio
+    from pytest_ktune.testing.fake_triton import backend_installed
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")  # a backend of CPU tensors...
-    backend = TritonBackend()
-    monkeypatch.delenv("TRITON_INTERPRET")
-    backend.device = dataclasses.replace(backend.device, interpreted=False)  # ...that launches as on a GPU
     (tmp_path / "fkernels.py").write_text(KERNELS)
     module = _import(tmp_path / "fkernels.py", f"fkernels_{tmp_path.name}")
-    backend.direct = module.FAKE.runtime()
-    monkeypatch.setitem(backends._INSTANCES, "triton", backend)
-    monkeypatch.setattr(torchio, "_TRITON_ROUTE", [])
     monkeypatch.setenv("KTUNE_PARAMS", str(tmp_path / "ktune-params.json"))
-    yield module
+    with backend_installed(module.FAKE.runtime()):
+        yield module
     sys.modules.pop(module.__name__, None)
 
 
@@ -300,6 +291,102 @@ def test_the_production_call_launches_directly_after_its_first_call(on_fake: Mod
     on_fake.add_one(torch.zeros(1001)[1:])
     assert jit.compiles == 2 and jit.calls == 2 and len(fake.launches) == 7
     assert fake.launches[-1].args[2:] == (1000, 64)  # N, then the recorded BLOCK
+
+
+# -- Triton's own runtime, on a fake CUDA driver -----------------------------------------------------------
+def _values() -> list[Any]:
+    base = torch.zeros(64, dtype=torch.float16)
+    tensors = [base, base[1:], base[8:], base.float(), base.float()[3:], base.to(torch.bfloat16), base.int()]
+    ints = [0, 1, -1, 2, 15, 16, 17, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -2**31, -2**31 - 1, 2**32,
+            2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, 2**64 - 16, 2**64 - 1]
+    return [*tensors, *ints, True, False, 0.0, 1.0, 1e-6, None]
+
+
+def test_the_key_is_at_least_as_fine_as_triton_s_own() -> None:
+    """Two arguments that the direct key cannot tell apart are one specialization to Triton's native rule."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    backend = CUDABackend(GPUTarget("cuda", 90, 32))
+    fake = FakeTriton()
+    direct = triton_direct.Direct.of(fake.jit(lambda X: None), {}, fake.runtime())
+    assert direct is not None
+    seen: dict[tuple[Any, ...], Any] = {}
+    for a in _values():
+        ours = direct.key([a])
+        assert ours is not None, a
+        theirs = native_specialize_impl(backend, a, False, True, True)
+        theirs = (theirs[0], theirs[1] if theirs[0] != "constexpr" else (type(theirs[1]), theirs[1]))
+        assert seen.setdefault(ours, theirs) == theirs, (a, ours)
+    assert direct.key([2**64]) is None  # too wide for Triton: its JIT says so
+
+
+TRITON_KERNELS = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(X, Y, N, eps, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + i, tl.load(X + i, mask=i < N) * eps, mask=i < N)
+"""
+
+
+@pytest.fixture
+def driver(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Triton's own runtime on the fake driver, with a jit function decorated for it (not the interpreter)."""
+    from pytest_ktune.testing.fake_triton import FakeDriver
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "triton-cache"))
+    path = tmp_path_factory.mktemp("tk") / "tkernels_direct.py"
+    path.write_text(TRITON_KERNELS)
+    module = _import(path, f"tkernels_direct_{path.parent.name}")
+    fake_driver = FakeDriver()
+    with fake_driver.installed():
+        yield fake_driver, module._scale
+    sys.modules.pop(module.__name__, None)
+
+
+def test_triton_s_own_kernels_launch_directly_and_each_variant_gets_its_own_arguments(driver: Any) -> None:
+    from pytest_ktune.backends.triton import TritonFunction
+
+    fake_driver, jit = driver
+    rt = triton_direct.runtime()
+    assert rt is not None and rt.jit_type is type(jit)
+    fn = TritonFunction(cast(Any, _Backend(rt)), jit, "_scale", {"BLOCK": 64, "num_warps": 4}, filename="k.py")
+    x, y = torch.zeros(1025, dtype=torch.float16), torch.zeros(1025, dtype=torch.float16)
+    calls = [[x[:1024], y[:1024], 1024, 0.5], [x[:1024], y[:1024], 1024, 0.5], [x[1:], y[1:], 1024, 0.5],
+             [x[1:], y[1:], 1024, 0.5], [x, y, 1, 0.5], [x, y, 1, 0.5], [x, y, 1024, 0.5]]
+    for args in calls:  # the fake driver's launchers fail a launch that does not fit its kernel
+        fn.launch((16,), (128,), args)
+    assert fn.direct is not None and fn.direct.launches == 4
+    assert len(jit.device_caches[0][0]) == 3  # aligned, misaligned and N=1: three kernels Triton compiled
+    assert [launch.args[:3] for launch in fake_driver.launches] == [tuple(a[:3]) for a in calls]
+    assert all(launch.args[-1] == 64 for launch in fake_driver.launches)  # the configuration's BLOCK
+
+
+def test_triton_s_launch_hooks_are_called_through_the_jit(driver: Any) -> None:
+    from triton import knobs
+
+    from pytest_ktune.backends.triton import TritonFunction
+
+    _, jit = driver
+    rt = triton_direct.runtime()
+    fn = TritonFunction(cast(Any, _Backend(rt)), jit, "_scale", {"BLOCK": 64}, filename="k.py")
+    x, y = torch.zeros(1024, dtype=torch.float16), torch.zeros(1024, dtype=torch.float16)
+    fn.launch((16,), (128,), [x, y, 1024, 0.5])
+    seen: list[Any] = []
+    knobs.runtime.launch_enter_hook.add(seen.append)
+    try:
+        fn.launch((16,), (128,), [x, y, 1024, 0.5])
+    finally:
+        knobs.runtime.launch_enter_hook.remove(seen.append)
+    fn.launch((16,), (128,), [x, y, 1024, 0.5])
+    assert len(seen) == 1 and seen[0].get()["name"] == "_scale"  # Triton's launch metadata
+    assert fn.direct is not None and fn.direct.launches == 1
 
 
 # -- on a GPU ----------------------------------------------------------------------------------------------------
