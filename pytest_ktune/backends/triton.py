@@ -94,6 +94,7 @@ class TritonFunction:
         # Later launches of a specialization the JIT compiled go straight to its kernel (never on the interpreter)
         rt = backend.direct
         self.direct = None if rt is None else _direct().Direct.of(jit, self.kwargs, rt)
+        self._launched = None if rt is None else _direct().LAUNCHED
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
         """``jit[grid](*args, **constexprs, num_warps=..., ...)``, or its kernel launched directly where the JIT
@@ -105,7 +106,7 @@ class TritonFunction:
         direct = self.direct
         key = None
         try:
-            if direct is not None and (key := direct.key(args)) is not None and direct.launch(key, grid, args):
+            if direct is not None and (key := direct.launch(grid, args)) is self._launched:
                 return
             values = [a.item() if isinstance(a, np.generic) else a for a in args]
             compiled = self.jit[grid](*values, **self.kwargs)

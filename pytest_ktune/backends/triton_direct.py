@@ -66,13 +66,8 @@ class Runtime:
     knobs: Any
     current_device: Any
     current_stream: Any
-    hook_chain: type | None
+    hook_chain: Any  # its class of hook chains, or None where this Triton has none
     tensor_type: type
-
-
-def _empty(hook: Any, chain: type | None) -> bool:
-    """Whether a launch hook knob holds no hook: None (older Tritons) or an empty hook chain (3.6 and later)."""
-    return hook is None or (chain is not None and type(hook) is chain and not getattr(hook, "calls", True))
 
 
 @functools.lru_cache(maxsize=1)
@@ -159,7 +154,10 @@ class Direct:
         None where the call must go through the JIT."""
         rk = self.rt
         knobs = self._runtime_knobs
-        if not (_empty(knobs.launch_enter_hook, rk.hook_chain) and _empty(knobs.launch_exit_hook, rk.hook_chain)) \
+        chain = rk.hook_chain
+        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook  # None, or an empty chain: no hook
+        if (enter is not None and (type(enter) is not chain or enter.calls)) \
+                or (leave is not None and (type(leave) is not chain or leave.calls)) \
                 or getattr(knobs, "add_stages_inspection_hook", None) is not None or self.jit.pre_run_hooks:
             return None
         n = len(args)
@@ -197,15 +195,19 @@ class Direct:
             return None
         return tuple(parts)
 
-    def launch(self, key: tuple[Any, ...], grid: Any, args: Sequence[Any]) -> bool:
-        """Launch the kernel kept for ``key`` on ``grid``; False where none is kept (the JIT's turn), or where
-        a global the kernel read has changed (the JIT names it)."""
+    def launch(self, grid: Any, args: Sequence[Any]) -> tuple[Any, ...] | None:
+        """Launch the kernel kept for this call's key on ``grid`` (``LAUNCHED``); else the key, under which the
+        caller keeps what the JIT's launch returns, or None where the JIT decides every such call. The JIT's turn
+        too where a global the kernel read has changed (the JIT names it)."""
+        key = self.key(args)
+        if key is None:
+            return None
         found = self.kernels.get(key)
         if found is None or type(grid) is not tuple or not grid:
-            return False
+            return key
         for (name, _), (value, where) in self.jit.used_global_vals.items():  # as the JIT checks every launch
             if where.get(name, _MISSING) != value:
-                return False
+                return key
         _kernel, launcher, function, meta = found
         size = len(grid)
         device = key[1]
@@ -214,7 +216,7 @@ class Direct:
         launcher(grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1, self.rt.current_stream(device),
                  function, meta, None, None, None, *args, *tail[0])
         self.launches += 1
-        return True
+        return LAUNCHED
 
     def keep(self, key: tuple[Any, ...], kernel: Any) -> None:
         """Keep what the JIT's launch of a call of ``key`` returned, where it is a compiled kernel whose
@@ -240,3 +242,4 @@ class _Missing:
 
 
 _MISSING: Any = _Missing()
+LAUNCHED: tuple[Any, ...] = ("launched directly",)  # what ``Direct.launch`` answers for a launch it made

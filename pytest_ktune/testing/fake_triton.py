@@ -237,15 +237,18 @@ class FakeDriver:
     target (Triton compiles for it with its own ptxas), ``load_binary`` that loads nothing, and a launcher
     class whose launchers check each argument against the specialization their kernel was compiled for (the
     pointer's and integer's divisibility by 16, the constants, the types: ``WrongVariant``) and record it.
-    ``installed()`` makes it Triton's active driver while it lasts."""
+    ``installed()`` makes it Triton's active driver while it lasts. ``check=False`` (for benchmarks) makes its
+    launchers count their launches and nothing else."""
 
-    def __init__(self, arch: int = 90) -> None:
+    def __init__(self, arch: int = 90, *, check: bool = True) -> None:
         from triton.backends.compiler import GPUTarget
 
         self.target = GPUTarget("cuda", arch, 32)
         self.device = 0
         self.launches: list[DriverLaunch] = []
+        self.count = 0
         log = self.launches
+        fake = self
 
         class Launcher:
             def __init__(self, src: Any, metadata: Any) -> None:
@@ -253,6 +256,9 @@ class FakeDriver:
 
             def __call__(self, g0: int, g1: int, g2: int, stream: int, function: Any, meta: Any,  # noqa: PLR0917
                          launch_metadata: Any, enter: Any, leave: Any, *args: Any) -> None:
+                fake.count += 1
+                if not check:
+                    return
                 check_variant(self.src, args)
                 if enter is not None:
                     enter(launch_metadata)
@@ -288,7 +294,9 @@ class FakeDriver:
 
     @contextmanager
     def installed(self) -> Iterator[FakeDriver]:
-        """This driver as Triton's active one (and ``triton_direct.runtime()`` made of it) while it lasts."""
+        """This driver as Triton's active one (and ``triton_direct.runtime()`` made of it) while it lasts. Where
+        no driver was active before (no GPU), it stays Triton's afterwards: the kernels compiled meanwhile
+        unload through it when they are collected."""
         from triton.runtime.driver import driver
 
         from pytest_ktune.backends import triton_direct
@@ -299,7 +307,8 @@ class FakeDriver:
         try:
             yield self
         finally:
-            driver._active = before
+            if before is not None:
+                driver.set_active(before)
             triton_direct.runtime.cache_clear()
 
 
