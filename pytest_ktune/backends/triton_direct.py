@@ -6,16 +6,18 @@ divisible by 16, whether it is 1, which makes it a constant), builds the text of
 kernel. A production call's function and configuration are fixed, so a ``Direct`` keeps each compiled kernel
 the JIT returned under a specialization key of its own, at least as fine as Triton's (every distinction
 Triton makes, and a few more), and launches a call of a known key straight through the kernel's launcher on
-the current stream.
+the current stream, with no launch metadata and no hooks (Triton's empty hook chains do nothing either).
 
-Everything else goes the JIT's way (``Direct.key`` answers None): launch hooks (``knobs.runtime.
+Everything else goes the JIT's way (``Direct.launch`` hands the call back): launch hooks (``knobs.runtime.
 launch_enter_hook``/``launch_exit_hook`` with a hook in them), the function's pre-run hooks, a stage-inspection
 hook, a global the kernel reads that changed since it compiled (the JIT says which), a grid given as a
 function, an argument of a type the key does not know, an integer too wide for 64 bits, and each new
 specialization pattern (its first call compiles, or finds, its kernel in the JIT; later ones launch it
 directly). Nothing is made for Triton's interpreter, for a function that is not exactly Triton's
-``JITFunction``, or where an internal this reads is missing or different (``runtime`` answers None): the JIT
-is always right, only slower. ``KTUNE_TRITON_DIRECT=0`` turns the direct launches off.
+``JITFunction``, for a backend whose tensors specialize by more than dtype and alignment (AMD's), or where an
+internal this reads is missing or different (``runtime`` answers None): the JIT is always right, only slower.
+``KTUNE_TRITON_DIRECT=0`` turns the direct launches off. Checked on Triton 3.6 and 3.9 (``testing.fake_triton``
+runs Triton's own JIT over a fake CUDA driver, and the key against Triton's native specialization).
 """
 
 from __future__ import annotations
