@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                          "direct_launches": None if direct is None else direct.launches})
     goals = _goals(rows)
     data = {"benchmark": "triton_call", "date": common.now_utc(), "command": common.command_line(),
-            "device": dev.name + (" (fake CUDA driver)" if args.cpu else ""), "cpu": args.cpu,
+            "device": "CPU: Triton's own runtime over a fake CUDA driver" if args.cpu else dev.name, "cpu": args.cpu,
             "versions": common.versions(), "calls": calls, "repeats": repeats, "rows": rows, "goals": goals}
     table = common.md_table(
         ["shape", *(f"{m} µs" for m in METHODS), "Python calls per call (same order)"],
