@@ -92,7 +92,7 @@ class TritonFunction:
         self._errors = backend.errors
         self._max_threads = backend.device.max_threads_per_block
         # Later launches of a specialization the JIT compiled go straight to its kernel (never on the interpreter)
-        rt = backend.direct
+        rt = getattr(backend, "direct", None)  # a stand-in backend may have none
         self.direct = None if rt is None else _direct().Direct.of(jit, self.kwargs, rt)
         self._launched = None if rt is None else _direct().LAUNCHED
 
