@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pytest_ktune.backends.triton_direct import ENV as TRITON_DIRECT_ENV
 from pytest_ktune.core.names import DEFAULT_WRITE
 from pytest_ktune.core.options import OPTIONS, Option
 from pytest_ktune.core.paths import ENV as PARAMS_ENV
@@ -19,9 +20,9 @@ DOCS = {name: (ROOT / name).read_text() for name in ("README.md", "docs/guide.md
 RECIPE = DOCS["docs/ci-recipe.md"]
 BY_FLAG = {o.flag: o for o in OPTIONS}
 # Variables the docs may name that are not options: read by the backends, the agent, or the workflows.
-OTHER_VARIABLES = {PARAMS_ENV, "KTUNE_MODEL", "KTUNE_COMPILER_OUTPUT", "KTUNE_OPENCL_DEVICE", "KTUNE_AGENT_COST",
-                   "KTUNE_AGENT_TIMEOUT", "KTUNE_AGENT_TOKENS", "KTUNE_PRICE_PER_1K", "KTUNE_PR_TOKEN",
-                   "KTUNE_PROJECT", "KTUNE_PLUGIN",
+OTHER_VARIABLES = {PARAMS_ENV, TRITON_DIRECT_ENV, "KTUNE_MODEL", "KTUNE_COMPILER_OUTPUT", "KTUNE_OPENCL_DEVICE",
+                   "KTUNE_AGENT_COST", "KTUNE_AGENT_TIMEOUT", "KTUNE_AGENT_TOKENS", "KTUNE_PRICE_PER_1K",
+                   "KTUNE_PR_TOKEN", "KTUNE_PROJECT", "KTUNE_PLUGIN",
                    "KTUNE_HISTORY_RUNS", "KTUNE_GUARD_BYTES", "KTUNE_OCLGRIND_ICD", "KTUNE_COMPUTE_SANITIZER"}
 
 

@@ -67,6 +67,12 @@ def launch_options() -> frozenset[str]:
     return frozenset(found)
 
 
+def _direct() -> Any:
+    from pytest_ktune.backends import triton_direct
+
+    return triton_direct
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[-1] if "\n" in text and len(text) > 400 else text
@@ -85,14 +91,24 @@ class TritonFunction:
         self.compiled: Any = None  # what the first launch returned (Triton's CompiledKernel on a GPU)
         self._errors = backend.errors
         self._max_threads = backend.device.max_threads_per_block
+        # Later launches of a specialization the JIT compiled go straight to its kernel (never on the interpreter)
+        rt = getattr(backend, "direct", None)  # a stand-in backend may have none
+        self.direct = None if rt is None else _direct().Direct.of(jit, self.kwargs, rt)
+        self._launched = None if rt is None else _direct().LAUNCHED
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
-        """``jit[grid](*args, **constexprs, num_warps=..., ...)``; ``block`` is Triton's own (num_warps)."""
+        """``jit[grid](*args, **constexprs, num_warps=..., ...)``, or its kernel launched directly where the JIT
+        compiled this call's specialization before (``backends.triton_direct``); ``block`` is Triton's own
+        (num_warps)."""
         if block[0] > self._max_threads:
             raise LimitError(f"{self.name}: {block[0]} threads per program; the device allows {self._max_threads}",
                              where=self.filename, hint="lower num_warps")
-        values = [a.item() if isinstance(a, np.generic) else a for a in args]
+        direct = self.direct
+        key = None
         try:
+            if direct is not None and (key := direct.launch(grid, args)) is self._launched:
+                return
+            values = [a.item() if isinstance(a, np.generic) else a for a in args]
             compiled = self.jit[grid](*values, **self.kwargs)
         except self._errors.limits as exc:
             raise LimitError(f"{self.name}: {_reason(exc)}", where=self.filename,
@@ -108,6 +124,8 @@ class TritonFunction:
                                    "arguments in its order (its constexprs come from the space)") from None
         if self.compiled is None:
             self.compiled = compiled
+        if key is not None:
+            direct.keep(key, compiled)  # type: ignore[union-attr]
 
     def resources(self) -> Resources:
         c = self.compiled
@@ -200,6 +218,7 @@ class TritonBackend:
         self.cache_dir: Path | None = None
         self._bandwidth: float | None = None
         self._flush: Any = None
+        self.direct: Any = None  # the runtime of direct launches (backends.triton_direct): none on the interpreter
         compiler = f"Triton {triton.__version__}; torch {torch.__version__}"
         if interpreting():
             self.device_obj = torch.device("cpu")
@@ -215,6 +234,7 @@ class TritonBackend:
         self.ordinal = torch.cuda.current_device()
         self.device_obj = torch.device("cuda", self.ordinal)
         self.device = _gpu_device(torch, self.ordinal, compiler)
+        self.direct = _direct().runtime()
 
     # -- sources ---------------------------------------------------------------------------------
     def compile(self, source: str, defines: Mapping[str, Any], *, filename: str) -> TritonProgram:
