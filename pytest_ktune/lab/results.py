@@ -92,6 +92,9 @@ class BenchSettings:
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     noise: bool = False
     jobs: int = 1  # processes running seeds side by side
+    # False (--no-priors): ``ktune`` and ``ktune:tpe`` run without device priors and without the records
+    # of the target's other keys and devices, as on a target or device met for the first time
+    priors: bool = True
 
 
 def budget_for(land: Landscape, asked: int | None) -> int:

@@ -30,7 +30,9 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
              f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), "
              "and the quartiles over them; a trial is a distinct configuration sent to the device "
              "(failures included, constraint violations and repeats not). "
-             f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}.", ""]
+             f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}."
+             + ("" if settings.priors else " Priors: off (--no-priors): `ktune` and `ktune:tpe` start without "
+                "device priors and without the records of the target's other keys and devices."), ""]
     for lr in results:
         opt = lr.land.optimum
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
@@ -77,7 +79,8 @@ def _params(p: Mapping[str, Value]) -> str:
 def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict[str, Any]:
 
     out: dict[str, Any] = {"format": "pytest-ktune-bench-search/1", "ktune_version": __version__,
-                           "seeds": settings.seeds, "noise": settings.noise, "landscapes": []}
+                           "seeds": settings.seeds, "noise": settings.noise, "priors": settings.priors,
+                           "landscapes": []}
     for lr in results:
         o = lr.optimum_us
         strategies = []

@@ -142,13 +142,34 @@ class GaussianProcess:
         return mu, np.sqrt(var)
 
 
+def alignments(values: Sequence[Value]) -> list[float] | None:
+    """Each value's alignment, the log2 of the largest power of two dividing it, from 0 for the least
+    aligned value to 1 for the most (in the values' sorted order); None
+    where it says nothing its position does not (values that are not positive integers, or whose
+    alignments rise and fall together with the values, as powers of two do)."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    ordered = sorted(int(v) for v in values)  # checked above: positive ints
+    bits = [(v & -v).bit_length() - 1 for v in ordered]
+    if len(set(bits)) < 2 or bits == sorted(bits):
+        return None
+    low, high = min(bits), max(bits)
+    return [(b - low) / (high - low) for b in bits]
+
+
 class Inputs:
-    """Configurations as model inputs (see the module docstring)."""
+    """Configurations as model inputs (see the module docstring).
+
+    A numeric parameter whose values are not all powers of two also gets its values' alignment (the
+    largest power of two dividing each, ``alignments``) as an input of its own, with a length scale of
+    its own: a block of 96 threads is three warps and one of 104 is not, and a tile of 4 maps onto
+    vectors that one of 3 does not, which the value's position alone cannot tell a model."""
 
     def __init__(self, params: Mapping[str, Sequence[Value]]) -> None:
         self.names = list(params)
         self.columns: list[int] = []
         self._where: list[dict[Value, list[float]]] = []
+        extra: list[int] = []  # the parameters that have an alignment input, in order
         for p, values in enumerate(params.values()):
             numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             if numeric:
@@ -156,11 +177,25 @@ class Inputs:
                 span = max(len(ordered) - 1, 1)
                 self._where.append({v: [i / span] for i, v in enumerate(ordered)})
                 self.columns.append(p)
+                aligned = alignments(ordered)
+                if aligned is not None:
+                    for v, a in zip(ordered, aligned, strict=True):
+                        self._where[p][v].append(a)
+                    extra.append(p)
             else:
                 unit = 1.0 / math.sqrt(2.0)
                 self._where.append({v: [unit if j == i else 0.0 for j in range(len(values))]
                                     for i, v in enumerate(values)})
                 self.columns.extend([p] * len(values))
+        # each alignment input counts as a parameter of its own, numbered after the real ones; its column
+        # sits beside its parameter's position
+        self.aligned = extra
+        order: list[int] = []
+        for p in range(len(self.names)):
+            order.extend([p] * self.columns.count(p))
+            if p in extra:
+                order.append(len(self.names) + extra.index(p))
+        self.columns = order
 
     def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
         rows = [[x for name, where in zip(self.names, self._where, strict=True) for x in where[c[name]]]
