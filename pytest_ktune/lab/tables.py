@@ -188,16 +188,19 @@ def overall_table(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> str:
              "(marked ≥). *After 10* and *after 20*: the mean over the landscapes it ran on of the median "
              "fraction of the optimum (optimum ÷ best so far) after that many trials. *Fewest*: landscapes "
              "where no other strategy needs fewer (the default's own parts aside), ties counted. "
-             "*Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different traces "
-             "(its spread over seeds is in each landscape's quartiles column).", "",
-             "| rank | strategy | geometric mean | reached | trials, summed | after 10 | after 20 | fewest |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "*Spread*: the geometric means, counted the same way, of the lower and the upper quartile over "
+             "the seeds. *Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different "
+             "traces (it draws from generators its seed does not reach; read its spread, not only its median).",
+             "",
+             "| rank | strategy | geometric mean | spread | reached | trials, summed | after 10 | after 20 | fewest |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for i, r in enumerate(rows, 1):
         short = "≥ " if r.reached < n else ""
         notes = [f"skipped on {n - r.ran}"] if r.ran < n else []
         notes += ["not repeatable"] if r.repeatable is False else []
         label = r.strategy + (f" ({', '.join(notes)})" if notes else "")
-        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {r.reached}/{n} | {short}{r.total:g} | "
+        spread = "–" if math.isnan(r.spread[0]) else f"{r.spread[0]:.1f}–{r.spread[1]:.1f}"
+        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {spread} | {r.reached}/{n} | {short}{r.total:g} | "
                      f"{_fraction(r.after_10)} | {_fraction(r.after_20)} | {r.fewest} |")
     best = oracle(landscapes)
     if best:

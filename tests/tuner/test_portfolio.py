@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_ktune.core.space import Value, config_key
@@ -83,6 +84,18 @@ def test_it_starts_with_one_more_configuration_than_there_are_parameters_spread_
     assert pf.start == len(PARAMS) + 1
     start = run(0, pf.start)
     assert len({c["BX"] for c in start}) >= 3  # spread over the space, not clustered
+
+
+def test_the_start_takes_the_untried_point_farthest_from_those_tried() -> None:
+    at = Positions(FEASIBLE, PARAMS)
+    pf = Portfolio(at, random.Random(0))
+    first = at.row_of[config_key({"BX": 8, "BY": 1, "TILE": 1, "SHMEM": "no"})]
+    untried = at.untried({at.keys[first]})
+    far = at.feasible[pf.spread(untried, np.asarray([first]))]
+    # every parameter as far as the constraints let it go from the smallest corner
+    assert far["SHMEM"] == "yes" and int(far["BX"]) * int(far["BY"]) * int(far["TILE"]) == 512
+    gap = dict(zip(untried.tolist(), pf._distance(untried, pf.unit[first]).tolist(), strict=True))
+    assert gap[at.row_of[config_key(far)]] == max(gap.values())  # none farther, among all untried
 
 
 def test_each_arm_is_used_and_credited() -> None:
