@@ -36,7 +36,7 @@ import numpy as np
 import optuna
 
 from pytest_ktune.core.space import Value, config_key, steps
-from pytest_ktune.tuner.portfolio import Portfolio, knows_nothing
+from pytest_ktune.tuner.portfolio import SCORED, Portfolio, knows_nothing
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
@@ -403,7 +403,12 @@ class BoSampler(optuna.samplers.BaseSampler):
             fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
             return fitted.ei(configs) if fitted is not None else np.zeros(len(configs))
 
-        if self.positions is not None and knows_nothing(labels):
+        # The portfolio where the study knows nothing and the space is larger than the model can score
+        # whole: in a smaller one, the model's steps from the best so far, widening as each ring is used
+        # up, reach every corner of it within a tune's budget, and a blind space-filling start costs
+        # more than it shows (on the project's 22 landscapes without priors: a geometric mean of 5.75
+        # trials to 3 % against 6.43).
+        if self.positions is not None and knows_nothing(labels) and len(self.feasible) > SCORED:
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
             pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)

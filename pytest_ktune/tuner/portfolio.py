@@ -1,5 +1,7 @@
 """The default sampler's search where nothing is known: no device prior, no record of another key or
-device, no parameters in use (an imported landscape, a stand-in target, priors switched off).
+device, no parameters in use (an imported landscape, a stand-in target, priors switched off), in a
+space of more than ``SCORED`` feasible configurations (in a smaller one ``bo``'s own steps, widening
+from the best so far, cover it within a tune's budget: ``bo.BoSampler``).
 
 ``bo``'s model, centred on the best so far, is the right tool once a good configuration is known;
 started from nothing it centres on whatever came first and stays in that basin. Here the sampler

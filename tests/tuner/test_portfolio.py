@@ -135,9 +135,32 @@ def _cache(tmp_path: Path) -> Path:
     return path
 
 
+def test_it_runs_only_in_a_space_larger_than_the_model_scores_whole(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.tuner import bo
+
+    made: list[int] = []
+    real = Portfolio
+
+    def counted(*args: Any) -> Portfolio:
+        made.append(len(args[0].feasible))
+        return real(*args)
+
+    monkeypatch.setattr(bo, "Portfolio", counted)
+    (problem,) = problems_for(tmp_path, [_cache(tmp_path)])
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=8, seed=0)
+    assert not made  # the toy space is smaller than SCORED: bo's own steps
+    monkeypatch.setattr(bo, "SCORED", len(FEASIBLE) - 1)
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=8, seed=0)
+    assert made == [len(FEASIBLE)]
+
+
 @pytest.mark.parametrize("budget", [12, 40])
-def test_through_the_tuner_it_spends_its_whole_budget_on_distinct_feasible_configurations(tmp_path: Path,
-                                                                                          budget: int) -> None:
+def test_through_the_tuner_it_spends_its_whole_budget_on_distinct_feasible_configurations(
+        tmp_path: Path, budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.tuner import bo
+
+    monkeypatch.setattr(bo, "SCORED", 0)  # the toy space counts as a large one
     (problem,) = problems_for(tmp_path, [_cache(tmp_path)])
     first = replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=budget, seed=5)
     again = replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=budget, seed=5)
