@@ -88,12 +88,14 @@ def _trials(s: dict[str, Any]) -> float:
     return math.inf if v is None else float(v)
 
 
-def versus(land: dict[str, Any]) -> tuple[float, dict[str, Any], float] | None:
+def versus(land: dict[str, Any], repeatable_only: bool = False) -> tuple[float, dict[str, Any], float] | None:
     """The default's median trials to 3 %, the best other strategy's row, and the ratio (inf: the
-    default missed where the best got there; nan: neither got there)."""
+    default missed where the best got there; nan: neither got there). ``repeatable_only``: against
+    the strategies that repeat themselves under a seed (leaving out those marked not repeatable)."""
     rows = {s["strategy"]: s for s in land["strategies"] if not s["skipped"]}
     mine = rows.get("ktune")
-    rivals = [s for k, s in rows.items() if k not in OWN_STRATEGIES]
+    rivals = [s for k, s in rows.items() if k not in OWN_STRATEGIES
+              and not (repeatable_only and s.get("repeatable") is False)]
     if mine is None or not rivals:
         return None
     best = min(rivals, key=_trials)
@@ -153,17 +155,22 @@ def main() -> None:
     print("| landscape | configurations | ktune: trials to 3 % | best other (its trials) | ktune ÷ best | "
           "ktune after 20 | best other after 20 |")
     print("|---|---:|---:|---|---:|---:|---|")
-    over = []
+    over: list[str] = []
+    over_repeatable = 0
     for name, land in lands:
         line = versus_row(name, land)
         if line:
             print(line)
         got = versus(land)
         if got is not None and got[2] > BOUND:  # nan (nobody got there) compares False
-            over.append(f"{name} ({_text(got[0], int(land['budget']))} against {got[1]['strategy']}'s "
+            mark = " (not repeatable)" if got[1].get("repeatable") is False else ""
+            over.append(f"{name} ({_text(got[0], int(land['budget']))} against {got[1]['strategy']}{mark}'s "
                         f"{_text(_trials(got[1]), int(land['budget']))})")
+        fair = versus(land, repeatable_only=True)
+        over_repeatable += fair is not None and fair[2] > BOUND
     print(f"\nLandscapes where the default needs more than {BOUND:g}x the best other strategy's trials "
-          f"({len(over)} of {len(lands)}): {'; '.join(over) if over else 'none'}.")
+          f"({len(over)} of {len(lands)}): {'; '.join(over) if over else 'none'}. Against the strategies "
+          f"that repeat themselves only: {over_repeatable} of {len(lands)}.")
 
 
 if __name__ == "__main__":

@@ -133,3 +133,4 @@ def test_the_summary_over_runs_names_each_landscape_borrows_rivals_by_file_and_l
     assert "| 2 | kt:pso | 5.00 | 4.0–11.0 | 3/3 | 15 | 0.800 | – | 3 |" in out
     assert "| off (no priors) | 50 | 9 | random (5) | 1.80 |" in out  # random from old1, not old2's 1
     assert "more than 1.5x the best other strategy's trials (1 of 3): off (no priors) (9 against random's 5)" in out
+    assert "repeat themselves only: 1 of 3." in out
