@@ -8,7 +8,7 @@
 # default's search for spaces it knows nothing of was designed) is the A4000, MI250X and W7800 files:
 #   bash benchmarks/bench_search_hub.sh 11 benchmarks/results/kernel-tuner-hub/*_milo/{A4000,MI250X,W7800}.json.gz
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 # KTUNE_STRATEGIES: a comma-separated subset (default: every strategy); KTUNE_OUT: where the folders go.
 seeds=${1:-11}
 strategies=${KTUNE_STRATEGIES:+--strategies $KTUNE_STRATEGIES}
@@ -30,7 +30,9 @@ for f in "${files[@]}"; do
     grep -E "^- |^Fewer" "$out/log.txt"
 done
 # Every strategy ranked over the files run (geometric mean of trials to 3 %, fraction after 10 and 20).
-# KTUNE_RIVALS: the folder of an earlier run, whose strategies this run did not repeat are taken from it.
-# shellcheck disable=SC2086
-python3 benchmarks/search_overall.py "$results"/*/bench-search.json ${KTUNE_RIVALS:+--rivals $KTUNE_RIVALS} \
+# KTUNE_RIVALS: folders (or bench-search.json files) of earlier runs, space-separated, the first first: the
+# strategies this run did not repeat are taken from them, file by file.
+rivals=()
+for r in ${KTUNE_RIVALS:-}; do rivals+=(--rivals "$r"); done
+python3 benchmarks/search_overall.py "$results"/*/bench-search.json "${rivals[@]}" \
     > "$results/overall.md" && cat "$results/overall.md"

@@ -3,8 +3,11 @@ fraction of the optimum each strategy reaches after 10 and 20 trials (the budget
 
     python benchmarks/search_summary.py RUN.json [--rivals EARLIER.json] > summary.md
 
-``RUN.json`` is a ``bench-search.json``. With ``--rivals``, the strategies of an earlier run of the
-same landscapes that this run did not repeat are taken from it (matched by file name), and marked.
+``RUN.json`` is a ``bench-search.json``. With ``--rivals`` (repeatable; a ``bench-search.json`` or a
+folder of ``*/bench-search.json``, the first given first), the strategies of an earlier run of the same
+landscapes that this run did not repeat are taken from it, matched by the file's path (by its name
+only where one file has it: the hub's ``A100.json.gz`` is a dedispersion and a convolution file), and
+marked. A run made with ``--no-priors`` says so on each landscape.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-OWN = ("ktune", "ktune:tpe", "bo")
+from search_overall import BOUND, Rivals, with_rivals
+
+from pytest_ktune.lab.strategies import OWN_STRATEGIES as OWN
 
 
 def _median(row: dict[str, Any], budget: int) -> float:
@@ -35,8 +40,14 @@ def _text(v: float, budget: int) -> str:
     return f"> {budget}" if math.isinf(v) else f"{v:g}"
 
 
-def summarise(run: dict[str, Any], earlier: dict[str, Any] | None) -> str:
-    old = {Path(x["file"]).name: x for x in (earlier or {}).get("landscapes", []) if x.get("file")}
+def _label(land: dict[str, Any]) -> str:
+    if not land.get("file"):
+        return str(land["key"])
+    f = Path(land["file"])
+    return f"{f.parent.name}/{f.name}" if f.parent.name.endswith("_milo") else f.name
+
+
+def summarise(run: dict[str, Any], earlier: Rivals) -> str:
     lines = ["| landscape | configurations | ktune, trials to 3 % | best other | its trials | verdict | "
              "ktune: of the optimum after 10 trials | after 20 | best other after 10 | after 20 |",
              "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"]
@@ -44,14 +55,12 @@ def summarise(run: dict[str, Any], earlier: dict[str, Any] | None) -> str:
     tally = {"fewer": 0, "as many": 0, "MORE": 0}
     borrowed: set[str] = set()
     singles: dict[str, float] = {}
-    for land in run["landscapes"]:
-        name = Path(land["file"]).name if land.get("file") else str(land["key"])
-        budget, optimum = int(land["budget"]), float(land["optimum_us"])
+    over: list[str] = []
+    for ran in run["landscapes"]:
+        name = _label(ran) + (" (no priors)" if run.get("priors") is False else "")
+        budget, optimum = int(ran["budget"]), float(ran["optimum_us"])
+        land = with_rivals(ran, earlier.of(ran), borrowed)
         rows = {s["strategy"]: s for s in land["strategies"] if not s["skipped"]}
-        for s in old.get(name, {}).get("strategies", []):
-            if s["strategy"] not in rows and s["strategy"] not in OWN and not s["skipped"]:
-                rows[s["strategy"]] = s
-                borrowed.add(s["strategy"])
         mine = rows.get("ktune")
         rivals = {k: v for k, v in rows.items() if k not in OWN}
         if mine is None or not rivals:
@@ -62,6 +71,8 @@ def summarise(run: dict[str, Any], earlier: dict[str, Any] | None) -> str:
         for k, v in rivals.items():
             singles[k] = singles.get(k, 0.0) + min(_median(v, budget), budget + 1)
         verdict = "fewer" if m < b else "as many" if m == b else "MORE"
+        if not math.isinf(b) and m > BOUND * b:
+            over.append(f"{name} ({_text(m, budget)} against {best}'s {_text(b, budget)})")
         tally[verdict] += 1
         total += min(m, budget + 1)
         oracle += min(b, budget + 1)
@@ -72,7 +83,8 @@ def summarise(run: dict[str, Any], earlier: dict[str, Any] | None) -> str:
     lines += ["", f"ktune's medians summed: {total:g}; the best other on each landscape, summed: {oracle:g}; "
                   f"the best single other strategy: {single[0]}, {single[1]:g} (a landscape not reached counts as "
                   "the budget + 1). ktune needs fewer on " + f"{tally['fewer']}, as many on {tally['as many']}, "
-                  f"more on {tally['MORE']}, of {sum(tally.values())}."]
+                  f"more on {tally['MORE']}, of {sum(tally.values())}.",
+              "", f"More than {BOUND:g}x the best other's trials on {len(over)}: {'; '.join(over) or 'none'}."]
     if borrowed:
         lines += ["", "Taken from the earlier run (not run again here): " + ", ".join(sorted(borrowed)) + "."]
     return "\n".join(lines) + "\n"
@@ -81,10 +93,11 @@ def summarise(run: dict[str, Any], earlier: dict[str, Any] | None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path)
-    ap.add_argument("--rivals", type=Path, default=None, help="an earlier bench-search.json of the same landscapes")
+    ap.add_argument("--rivals", type=Path, action="append", default=[], metavar="EARLIER",
+                    help="an earlier bench-search.json of the same landscapes, or a folder of */bench-search.json "
+                         "(repeat for several; the first given wins)")
     args = ap.parse_args()
-    earlier = json.loads(args.rivals.read_text()) if args.rivals else None
-    print(summarise(json.loads(args.run.read_text()), earlier), end="")
+    print(summarise(json.loads(args.run.read_text()), Rivals(args.rivals)), end="")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def bench(problems: Sequence[Problem], settings: BenchSettings, *,
               f"{settings.jobs} at a time",
               file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="ktune-bench-search-") as tmp, one_thread():
-        _STATE[:] = [list(problems), Path(tmp)]
+        _STATE[:] = [list(problems), Path(tmp), settings.priors]
         try:
             answers = _answers([*tasks, *again], settings.jobs, progress)
             repeats = {t[:2]: a for t, a in zip(again, answers[len(tasks):], strict=True)}
@@ -145,26 +145,27 @@ def _answers(tasks: Sequence[tuple[int, str, int, bool, int]], jobs: int, progre
         return [f.result() for f in futures]
 
 
-_STATE: list[Any] = []  # [problems, scratch folder] while bench() runs: what its worker processes read
+_STATE: list[Any] = []  # [problems, scratch folder, priors] while bench() runs: what its worker processes read
 
 
 def _task(task: tuple[int, str, int, bool, int]) -> tuple[Trace, float] | str:
     """One strategy, one landscape, one seed: its trace and seconds, or why it cannot run."""
     i, name, budget, noise, seed = task
-    problems, folder = _STATE
+    problems, folder, priors = _STATE
     t0 = time.monotonic()
     try:
-        trace = _runner(name, problems[i], budget, noise, folder)(seed)
+        trace = _runner(name, problems[i], budget, noise, folder, priors=priors)(seed)
     except SkipStrategy as exc:
         return str(exc)
     return trace, time.monotonic() - t0
 
 
-def _runner(name: str, problem: Problem, budget: int, noise: bool, folder: Path) -> Callable[[int], Trace]:
+def _runner(name: str, problem: Problem, budget: int, noise: bool, folder: Path, *,
+            priors: bool = True) -> Callable[[int], Trace]:
     if name == "ktune":
-        return lambda seed: run_ktune(problem, budget, seed, noise)
+        return lambda seed: run_ktune(problem, budget, seed, noise, priors=priors)
     if name == "ktune:tpe":
-        return lambda seed: run_ktune(problem, budget, seed, noise, sampler="tpe")
+        return lambda seed: run_ktune(problem, budget, seed, noise, sampler="tpe", priors=priors)
     if name in (*OPTUNA_STRATEGIES, "bo"):
         return lambda seed: run_optuna(problem, name, budget, seed, noise)
     if noise:

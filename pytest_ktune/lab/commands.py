@@ -71,6 +71,9 @@ def add_parsers(sub: Any, project: Any, options: Any) -> None:
                         help="comma-separated (default: all): ktune, ktune:tpe, bo, random, tpe, gp, cmaes, "
                              "kt:<Kernel Tuner name>")
     search.add_argument("--noise", action="store_true", help="re-sample measurement noise from the recorded spread")
+    search.add_argument("--no-priors", dest="priors", action="store_false",
+                        help="run ktune and ktune:tpe without device priors and without the records of the "
+                             "target's other keys and devices: the default where it knows nothing")
     search.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="a folder for bench-search.md, .json and .svg (default: none; the table only)")
     search.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
@@ -130,7 +133,7 @@ def cmd_bench_search(args: argparse.Namespace, root: Path) -> int:
         raise KtuneError("--seeds must be 1 or more", hint="e.g. --seeds 11")
     names = tuple(s.strip() for s in args.strategies.split(",") if s.strip()) if args.strategies else None
     settings = BenchSettings(budget=args.budget, seeds=args.seeds, strategies=names or DEFAULT_STRATEGIES,
-                             noise=args.noise, jobs=max(1, args.jobs))
+                             noise=args.noise, jobs=max(1, args.jobs), priors=args.priors)
     bench_search(root, args.landscapes, settings, args.out)
     return 0
 

@@ -92,6 +92,9 @@ class BenchSettings:
     strategies: tuple[str, ...] = DEFAULT_STRATEGIES
     noise: bool = False
     jobs: int = 1  # processes running seeds side by side
+    # False (--no-priors): ``ktune`` and ``ktune:tpe`` run without device priors and without the records
+    # of the target's other keys and devices, as on a target or device met for the first time
+    priors: bool = True
 
 
 def budget_for(land: Landscape, asked: int | None) -> int:
@@ -143,6 +146,7 @@ class Stats:
     median: float  # median trials to 3 %; inf: the median seed never came within 3 %
     after: Mapping[int, float]  # trials -> median fraction of the optimum reached by then
     repeatable: bool | None = None  # None: not checked (every strategy but Kernel Tuner's is seeded)
+    quartiles: tuple[float, float] = (math.nan, math.nan)  # the lower and upper quartile over seeds (inf: never)
 
 
 def stats_of(lr: LandscapeResult) -> tuple[int, list[Stats]]:
@@ -150,18 +154,35 @@ def stats_of(lr: LandscapeResult) -> tuple[int, list[Stats]]:
     o = lr.optimum_us
     return lr.budget, [Stats(r.strategy, bool(r.skipped), math.inf if r.skipped else r.median_trials(o, 0.03),
                              {} if r.skipped else {m: r.reached_after(o, m) for m in after_marks(lr.budget)},
-                             r.repeatable) for r in lr.results]
+                             r.repeatable, (math.inf, math.inf) if r.skipped else r.quartiles(o, 0.03))
+                       for r in lr.results]
 
 
 def stats_of_json(landscape: Mapping[str, Any]) -> tuple[int, list[Stats]]:
-    """The same, read back from one landscape of a ``bench-search.json`` (``tables.to_json``)."""
+    """The same, read back from one landscape of a ``bench-search.json`` (``tables.to_json``). A file
+    written before the fractions after 10 and 20 trials or the quartiles were kept gets them from what
+    it has: the median best-so-far curve (the fraction is a decreasing function of the best so far, so
+    the median of one is the other's, for an odd number of seeds) and each seed's trials to 3 %."""
+    optimum = float(landscape.get("optimum_us") or math.nan)
+    budget = int(landscape["budget"])
     out = []
     for s in landscape["strategies"]:
         after = {int(k.rsplit("_", 1)[1]): float(v) for k, v in s.items() if k.startswith("of_optimum_after_")}
+        curve = s.get("median_best_so_far_us") or []
+        if not after and curve and math.isfinite(optimum):
+            after = {m: optimum / curve[m - 1] if math.isfinite(curve[m - 1]) else 0.0
+                     for m in after_marks(budget) if m <= len(curve)}
         median = s.get("median_trials_to_3pct")
+        quartiles = (math.nan, math.nan)
+        if s.get("quartiles_trials_to_3pct"):
+            q1, q3 = s["quartiles_trials_to_3pct"]
+            quartiles = (math.inf if q1 is None else float(q1), math.inf if q3 is None else float(q3))
+        elif s.get("trials_to_3pct"):
+            runs = sorted(math.inf if n is None else float(n) for n in s["trials_to_3pct"])
+            quartiles = (runs[round((len(runs) - 1) * 0.25)], runs[round((len(runs) - 1) * 0.75)])
         out.append(Stats(str(s["strategy"]), bool(s["skipped"]), math.inf if median is None else float(median),
-                         after, s.get("repeatable")))
-    return int(landscape["budget"]), out
+                         after, s.get("repeatable"), quartiles))
+    return budget, out
 
 
 @dataclass(frozen=True)
@@ -178,6 +199,9 @@ class Overall:
     after_10: float = math.nan  # the mean, over the landscapes it ran on, of the median fraction after 10
     after_20: float = math.nan  # the same after 20 (landscapes whose budget is smaller left out)
     repeatable: bool | None = None  # False: some landscape's seed, run twice, gave two traces
+    # the geometric means, counted as ``geomean`` is, of the lower and of the upper quartile over seeds:
+    # the spread of the seeds behind it (nan where a landscape kept no quartiles)
+    spread: tuple[float, float] = (math.nan, math.nan)
 
 
 def overall(results: Sequence[LandscapeResult]) -> list[Overall]:
@@ -198,6 +222,7 @@ def rank(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> list[Overall]:
     reached = dict.fromkeys(names, 0)
     fewest = dict.fromkeys(names, 0)
     repeatable: dict[str, bool | None] = dict.fromkeys(names)
+    quart: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for budget, rows in landscapes:
         by = {r.strategy: r for r in rows}
         med = {n: (by[n].median if n in by and not by[n].skipped else math.inf) for n in names}
@@ -206,6 +231,8 @@ def rank(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> list[Overall]:
             ran[n] += r is not None and not r.skipped
             reached[n] += not math.isinf(med[n])
             counted[n].append(min(med[n], budget + 1))
+            q = by[n].quartiles if r is not None and not r.skipped else (math.inf, math.inf)
+            quart[n].append((min(q[0], budget + 1), min(q[1], budget + 1)))
             if r is not None and not r.skipped:
                 for m, v in r.after.items():
                     after.setdefault((n, m), []).append(v)
@@ -219,9 +246,14 @@ def rank(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> list[Overall]:
         v = after.get((n, m))
         return statistics.fmean(v) if v else math.nan
 
-    out = [Overall(n, reached[n], ran[n], sum(counted[n]),
-                   math.exp(statistics.fmean(math.log(v) for v in counted[n])) if counted[n] else math.nan,
-                   fewest[n], mean_after(n, 10), mean_after(n, 20), repeatable[n]) for n in names]
+    def geo(v: Sequence[float]) -> float:
+        return math.exp(statistics.fmean(math.log(x) for x in v)) if v and not any(map(math.isnan, v)) else math.nan
+
+    def spread(n: str) -> tuple[float, float]:
+        return geo([q for q, _ in quart[n]]), geo([q for _, q in quart[n]])
+
+    out = [Overall(n, reached[n], ran[n], sum(counted[n]), geo(counted[n]), fewest[n], mean_after(n, 10),
+                   mean_after(n, 20), repeatable[n], spread(n)) for n in names]
     return sorted(out, key=lambda x: (x.geomean, -(0.0 if math.isnan(x.after_20) else x.after_20), x.strategy))
 
 

@@ -79,13 +79,20 @@ def run_optuna(problem: Problem, sampler: str, budget: int, seed: int, noise: bo
 _FIRST: dict[tuple[int, str, int, int, bool], Any] = {}  # the records of other landscapes, per process
 
 
-def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: str | None = None) -> Trace:
+def run_ktune(problem: Problem, budget: int, seed: int, noise: bool, sampler: str | None = None, *,
+              priors: bool = True) -> Trace:
     """The default strategy, as ``ktune tune`` runs it: the params file holds what earlier tunes of the
     target's other keys found (here: a replay of ``ktune`` on each other landscape with the same seed
     and budget, without warm starts of its own), and tune_key adds the default and the device priors.
-    ``sampler``: another sampler after the warm starts (``ktune:tpe``), for all those replays."""
+    ``sampler``: another sampler after the warm starts (``ktune:tpe``), for all those replays.
+    ``priors=False``: neither device priors nor records, as ``ktune tune`` runs a target's first key on
+    a device it has never seen (the default configuration is still timed first)."""
 
     sampler = sampler or DEFAULT_SAMPLER
+    if not priors:
+        r = replay_tune(problem.root, problem.target, problem.land, sampler=sampler, trials=budget, seed=seed,
+                        noise=noise, priors=False)
+        return [v for _, v in r.trace][:budget]
     records = []
     for other in problem.others:
         memo = (id(other), sampler, budget, seed, noise)  # the same for every landscape it warms

@@ -30,7 +30,9 @@ def markdown(results: Sequence[LandscapeResult], settings: BenchSettings) -> str
              f"Median over {settings.seeds} seeds (the same seeds, 0 to {settings.seeds - 1}, for every strategy), "
              "and the quartiles over them; a trial is a distinct configuration sent to the device "
              "(failures included, constraint violations and repeats not). "
-             f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}.", ""]
+             f"Noise: {'re-sampled from the recorded spread' if settings.noise else 'none (recorded medians)'}."
+             + ("" if settings.priors else " Priors: off (--no-priors): `ktune` and `ktune:tpe` start without "
+                "device priors and without the records of the target's other keys and devices."), ""]
     for lr in results:
         opt = lr.land.optimum
         lines += [f"## {lr.land.label} on {lr.land.device_id}", "",
@@ -77,7 +79,8 @@ def _params(p: Mapping[str, Value]) -> str:
 def to_json(results: Sequence[LandscapeResult], settings: BenchSettings) -> dict[str, Any]:
 
     out: dict[str, Any] = {"format": "pytest-ktune-bench-search/1", "ktune_version": __version__,
-                           "seeds": settings.seeds, "noise": settings.noise, "landscapes": []}
+                           "seeds": settings.seeds, "noise": settings.noise, "priors": settings.priors,
+                           "landscapes": []}
     for lr in results:
         o = lr.optimum_us
         strategies = []
@@ -185,16 +188,19 @@ def overall_table(landscapes: Sequence[tuple[int, Sequence[Stats]]]) -> str:
              "(marked ≥). *After 10* and *after 20*: the mean over the landscapes it ran on of the median "
              "fraction of the optimum (optimum ÷ best so far) after that many trials. *Fewest*: landscapes "
              "where no other strategy needs fewer (the default's own parts aside), ties counted. "
-             "*Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different traces "
-             "(its spread over seeds is in each landscape's quartiles column).", "",
-             "| rank | strategy | geometric mean | reached | trials, summed | after 10 | after 20 | fewest |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "*Spread*: the geometric means, counted the same way, of the lower and the upper quartile over "
+             "the seeds. *Not repeatable*: a Kernel Tuner strategy whose seed, run twice, gave two different "
+             "traces (it draws from generators its seed does not reach; read its spread, not only its median).",
+             "",
+             "| rank | strategy | geometric mean | spread | reached | trials, summed | after 10 | after 20 | fewest |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for i, r in enumerate(rows, 1):
         short = "≥ " if r.reached < n else ""
         notes = [f"skipped on {n - r.ran}"] if r.ran < n else []
         notes += ["not repeatable"] if r.repeatable is False else []
         label = r.strategy + (f" ({', '.join(notes)})" if notes else "")
-        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {r.reached}/{n} | {short}{r.total:g} | "
+        spread = "–" if math.isnan(r.spread[0]) else f"{r.spread[0]:.1f}–{r.spread[1]:.1f}"
+        lines.append(f"| {i} | {label} | {short}{r.geomean:.2f} | {spread} | {r.reached}/{n} | {short}{r.total:g} | "
                      f"{_fraction(r.after_10)} | {_fraction(r.after_20)} | {r.fewest} |")
     best = oracle(landscapes)
     if best:

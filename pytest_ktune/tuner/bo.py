@@ -36,7 +36,7 @@ import numpy as np
 import optuna
 
 from pytest_ktune.core.space import Value, config_key, steps
-from pytest_ktune.tuner.portfolio import Portfolio, knows_nothing
+from pytest_ktune.tuner.portfolio import SCORED, Portfolio, knows_nothing
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
 
@@ -134,7 +134,11 @@ class GaussianProcess:
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The standardised mean and standard deviation at ``x``."""
-        r2 = np.einsum("p,pij->ij", 1.0 / self.scales ** 2, _sq_dist(x, self.x, self.columns, self.params))
+        # with the length scales known, the scaled squared distance is a plain one between scaled inputs:
+        # one product of matrices instead of one slice per parameter
+        inv = 1.0 / self.scales[self.columns] if len(self.columns) else np.ones(0)
+        a, b = x * inv, self.x * inv
+        r2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
         ks = _matern52(r2)
         mu = ks @ self._alpha
         v = np.linalg.solve(self._chol, ks.T)
@@ -142,13 +146,34 @@ class GaussianProcess:
         return mu, np.sqrt(var)
 
 
+def alignments(values: Sequence[Value]) -> list[float] | None:
+    """Each value's alignment, the log2 of the largest power of two dividing it, from 0 for the least
+    aligned value to 1 for the most (in the values' sorted order); None
+    where it says nothing its position does not (values that are not positive integers, or whose
+    alignments rise and fall together with the values, as powers of two do)."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+        return None
+    ordered = sorted(int(v) for v in values)  # checked above: positive ints
+    bits = [(v & -v).bit_length() - 1 for v in ordered]
+    if len(set(bits)) < 2 or bits == sorted(bits):
+        return None
+    low, high = min(bits), max(bits)
+    return [(b - low) / (high - low) for b in bits]
+
+
 class Inputs:
-    """Configurations as model inputs (see the module docstring)."""
+    """Configurations as model inputs (see the module docstring).
+
+    A numeric parameter whose values are not all powers of two also gets its values' alignment (the
+    largest power of two dividing each, ``alignments``) as an input of its own, with a length scale of
+    its own: a block of 96 threads is three warps and one of 104 is not, and a tile of 4 maps onto
+    vectors that one of 3 does not, which the value's position alone cannot tell a model."""
 
     def __init__(self, params: Mapping[str, Sequence[Value]]) -> None:
         self.names = list(params)
         self.columns: list[int] = []
         self._where: list[dict[Value, list[float]]] = []
+        extra: list[int] = []  # the parameters that have an alignment input, in order
         for p, values in enumerate(params.values()):
             numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             if numeric:
@@ -156,11 +181,25 @@ class Inputs:
                 span = max(len(ordered) - 1, 1)
                 self._where.append({v: [i / span] for i, v in enumerate(ordered)})
                 self.columns.append(p)
+                aligned = alignments(ordered)
+                if aligned is not None:
+                    for v, a in zip(ordered, aligned, strict=True):
+                        self._where[p][v].append(a)
+                    extra.append(p)
             else:
                 unit = 1.0 / math.sqrt(2.0)
                 self._where.append({v: [unit if j == i else 0.0 for j in range(len(values))]
                                     for i, v in enumerate(values)})
                 self.columns.extend([p] * len(values))
+        # each alignment input counts as a parameter of its own, numbered after the real ones; its column
+        # sits beside its parameter's position
+        self.aligned = extra
+        order: list[int] = []
+        for p in range(len(self.names)):
+            order.extend([p] * self.columns.count(p))
+            if p in extra:
+                order.append(len(self.names) + extra.index(p))
+        self.columns = order
 
     def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
         rows = [[x for name, where in zip(self.names, self._where, strict=True) for x in where[c[name]]]
@@ -364,7 +403,12 @@ class BoSampler(optuna.samplers.BaseSampler):
             fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
             return fitted.ei(configs) if fitted is not None else np.zeros(len(configs))
 
-        if self.positions is not None and knows_nothing(labels):
+        # The portfolio where the study knows nothing and the space is larger than the model can score
+        # whole: in a smaller one, the model's steps from the best so far, widening as each ring is used
+        # up, reach every corner of it within a tune's budget, and a blind space-filling start costs
+        # more than it shows (on the project's 22 landscapes without priors: a geometric mean of 5.75
+        # trials to 3 % against 6.43).
+        if self.positions is not None and knows_nothing(labels) and len(self.feasible) > SCORED:
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
             pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)

@@ -1,5 +1,7 @@
 """The default sampler's search where nothing is known: no device prior, no record of another key or
-device, no parameters in use (an imported landscape, a stand-in target, priors switched off).
+device, no parameters in use (an imported landscape, a stand-in target, priors switched off), in a
+space of more than ``SCORED`` feasible configurations (in a smaller one ``bo``'s own steps, widening
+from the best so far, cover it within a tune's budget: ``bo.BoSampler``).
 
 ``bo``'s model, centred on the best so far, is the right tool once a good configuration is known;
 started from nothing it centres on whatever came first and stays in that basin. Here the sampler
@@ -7,14 +9,17 @@ runs a portfolio instead, over the feasible configurations only (a proposal is a
 never one tried before):
 
 * **a space-filling start**: ``d + 1`` configurations for ``d`` parameters (the fewest that show a
-  trend along each), each the untried one farthest from all tried so far among a random draw;
+  trend along each), each the untried one farthest from all tried so far (every untried one is
+  measured: the start is a handful of points, so this costs little even on ten thousand);
 * then, trial by trial, one of three sub-strategies, drawn by Thompson sampling on how often each
   one's proposals improved on the best so far (a Beta(1 + improvements, 1 + the rest) draw each):
   ``model`` (``bo``'s own proposal: expected improvement next to the best), ``evolve`` (a genetic
   step: two parents, each the better of two drawn from the best ``population`` timed, crossed
   parameter by parameter, each parameter moved by a step with probability ``1 / d``, then the
-  untried feasible configuration nearest the child) and ``explore`` (a space-filling point, as at
-  the start). Each starts with one success counted, so that each is tried.
+  untried feasible configuration nearest the child) and ``explore`` (the untried configuration of
+  highest expected improvement over the whole space: all of them in a space of up to ``SCORED``,
+  a random ``SCORED`` of them in a larger one). Each starts with one success counted, so that each
+  is tried.
 
 The constants come from the space's size and shape, never from a landscape: the start and the
 mutation rate from the number of parameters, the population from the number of feasible
@@ -36,7 +41,7 @@ from pytest_ktune.core.space import Value, config_key
 ARMS = ("model", "evolve", "explore")
 
 
-DRAWN = 64  # candidates a space-filling point is chosen among (the farthest of a random draw)
+SCORED = 1024  # candidates the explore arm's model scores (all of them in a smaller space)
 
 
 class Rows(Protocol):
@@ -91,21 +96,22 @@ class Portfolio:
         return out
 
     def spread(self, untried: np.ndarray, tried: np.ndarray) -> int:
-        """An untried row far from every tried one: the farthest of ``DRAWN`` drawn at random."""
-        pick = self._draw(untried)
+        """The untried row farthest from every tried one (the first: one at random), ties drawn at random.
+        Only the start asks for it, while few are tried, so every untried row is measured."""
         if not len(tried):
-            return int(pick[self.rng.randrange(len(pick))])
-        near = np.full(len(pick), np.inf)
+            return int(untried[self.rng.randrange(len(untried))])
+        near = np.full(len(untried), np.inf)
         for t in tried:
-            near = np.minimum(near, self._distance(pick, self.unit[t]))
-        return int(pick[int(np.argmax(near))])
+            near = np.minimum(near, self._distance(untried, self.unit[t]))
+        far = np.flatnonzero(near == near.max())
+        return int(untried[far[self.rng.randrange(len(far))]])
 
-    def _draw(self, untried: np.ndarray) -> np.ndarray:
-        return untried if len(untried) <= DRAWN else np.asarray(self.rng.sample(list(untried), DRAWN))
+    def _draw(self, untried: np.ndarray, n: int) -> np.ndarray:
+        return untried if len(untried) <= n else np.asarray(self.rng.sample(list(untried), n))
 
     def explore(self, untried: np.ndarray, score: Score) -> int:
-        """The untried row of highest expected improvement over the whole space (among ``DRAWN`` drawn)."""
-        pick = self._draw(untried)
+        """The untried row of highest expected improvement over the whole space (among ``SCORED`` drawn)."""
+        pick = self._draw(untried, SCORED)
         return int(pick[int(np.argmax(score([self.positions.feasible[r] for r in pick])))])
 
     def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:

@@ -88,3 +88,49 @@ def test_the_summary_of_a_json_run_ranks_as_the_run_itself(tmp_path: Path) -> No
     results = bench(problems_for(RMSNORM_ROOT, [RMSNORM]), settings, progress=False)
     data: dict[str, Any] = json.loads(json.dumps(to_json(results, settings)))
     assert rank([stats_of_json(x) for x in data["landscapes"]]) == rank([stats_of(lr) for lr in results])
+
+
+def _row(strategy: str, trials: list[int | None], **extra: Any) -> dict[str, Any]:
+    runs = sorted(99 if n is None else n for n in trials)
+    median = runs[len(runs) // 2]
+    return {"strategy": strategy, "skipped": None, "trials_to_3pct": trials,
+            "median_trials_to_3pct": None if median == 99 else median, **extra}
+
+
+def _run(path: Path, files: list[str], rows: list[dict[str, Any]], priors: bool | None = None) -> Path:
+    data: dict[str, Any] = {"landscapes": [{"file": f, "budget": 10, "configurations": 50, "optimum_us": 1.0,
+                                            "strategies": rows} for f in files]}
+    if priors is not None:
+        data["priors"] = priors
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_the_summary_over_runs_names_each_landscape_borrows_rivals_by_file_and_lists_the_misses(
+        tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    mine = [_row("ktune", [2, 3, 4], of_optimum_after_10=0.9)]
+    on = _run(tmp_path / "on" / "bench-search.json", ["lands/a.json.gz", "lands/b.json.gz"], mine)
+    off = _run(tmp_path / "off" / "bench-search.json", ["lands/a.json.gz"], [_row("ktune", [8, 9, 9])], priors=False)
+    # Two earlier runs: the first given wins where both ran a strategy; the second, written before the
+    # fractions were kept, gives them from its median curve.
+    _run(tmp_path / "old1" / "x" / "bench-search.json", ["lands/a.json.gz", "lands/b.json.gz"],
+         [_row("random", [3, 5, 6]), _row("bo", [1, 1, 1])])
+    _run(tmp_path / "old2.json", ["lands/a.json.gz", "lands/b.json.gz"],
+         [_row("random", [1, 1, 1]), _row("kt:pso", [4, 5, None], median_best_so_far_us=[2.0] * 9 + [1.25])])
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "search_overall.py"), str(on), str(off),
+                          "--rivals", str(tmp_path / "old1"), "--rivals", str(tmp_path / "old2.json")],
+                         capture_output=True, text=True, check=True, cwd=repo,
+                         env={**__import__("os").environ, "PYTHONPATH": str(repo)}).stdout
+    # a run of many files names each after its file; a run of one, after its folder (as the hub's are)
+    assert "Landscapes (3): a, b, off (no priors)." in out
+    assert "not run again): kt:pso, random." in out  # never bo: one of the default's own parts
+    # its upper quartile a miss, counted as the budget + 1; its fraction after 10 read from its curve
+    assert "| 2 | kt:pso | 5.00 | 4.0–11.0 | 3/3 | 15 | 0.800 | – | 3 |" in out
+    assert "| off (no priors) | 50 | 9 | random (5) | 1.80 |" in out  # random from old1, not old2's 1
+    assert "more than 1.5x the best other strategy's trials (1 of 3): off (no priors) (9 against random's 5)" in out
+    assert "repeat themselves only: 1 of 3." in out

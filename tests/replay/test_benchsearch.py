@@ -94,6 +94,26 @@ def test_the_command_writes_a_table_json_and_svg(tmp_path: Path, capsys: pytest.
     assert len(svg.findall("{http://www.w3.org/2000/svg}polyline")) == 2
 
 
+def test_without_priors_the_default_is_its_sampler_alone_from_the_default(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-priors: ktune runs as on a target's first key on a new device (no device priors, no records
+    of the target's other keys), which is the bo row; with priors it is not."""
+    others = [LANDSCAPES_DIR / "silu_and_mul-T16-I14336-float16-NVIDIA_H200.json.gz", SILU]
+    problems = problems_for(ROOT, others)
+    strategies = ("ktune", "bo")
+    off = bench(problems, BenchSettings(budget=10, seeds=2, strategies=strategies, priors=False), progress=False)
+    on = bench(problems, BenchSettings(budget=10, seeds=2, strategies=strategies), progress=False)
+    for lr in off:
+        ktune, bo = lr.results
+        assert ktune.traces == bo.traces
+    assert any(lr.results[0].traces != lr.results[1].traces for lr in on)
+    out = tmp_path / "out"
+    assert cli.main(["bench-search", str(SILU), "--root", str(ROOT), "--seeds", "1", "--budget", "4",
+                     "--strategies", "ktune", "--no-priors", "--out", str(out), "--jobs", "1"]) == 0
+    assert "Priors: off (--no-priors)" in capsys.readouterr().out
+    assert json.loads((out / "bench-search.json").read_text())["priors"] is False
+
+
 def test_the_command_refuses_a_budget_larger_than_the_space(capsys: pytest.CaptureFixture[str]) -> None:
     rc = cli.main(["bench-search", str(RMSNORM), "--root", str(RMSNORM_ROOT), "--budget", "500"])
     assert rc == 2
@@ -206,8 +226,11 @@ def test_the_overall_table_sums_medians_and_counts_a_miss_as_the_budget_plus_one
     text = overall_markdown([a, b])
     # Ranked by the geometric mean: ktune and bo (1.73), pso (2.45), random (4.24); with a budget of 5,
     # no fraction after 10 or 20 trials.
-    assert "| 3 | kt:pso (skipped on 1) | ≥ 2.45 | 1/2 | ≥ 7 | – | – | 1 |" in text
-    assert "| 4 | random | ≥ 4.24 | 1/2 | ≥ 9 | – | – | 1 |" in text
+    # The spread: the quartiles over seeds, counted as the medians are (both seeds alike here).
+    assert "| 3 | kt:pso (skipped on 1) | ≥ 2.45 | 2.4–2.4 | 1/2 | ≥ 7 | – | – | 1 |" in text
+    assert "| 4 | random | ≥ 4.24 | 4.2–4.2 | 1/2 | ≥ 9 | – | – | 1 |" in text
+    c = LandscapeResult(land, 5, [StrategyResult("ktune", [hit, late, never, never])])
+    assert overall([c])[0].spread == pytest.approx((3, 6))  # seeds at 1, 3 and twice never (6): quartiles 3 and 6
     assert "summed: 4 trials" in text  # the best other on each landscape: random's 3, then pso's 1
 
 

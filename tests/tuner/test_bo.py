@@ -10,11 +10,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
 from pytest_ktune.core.space import Value, config_key, steps
-from pytest_ktune.tuner.bo import GaussianProcess, Inputs, expected_improvement, nearest, propose
+from pytest_ktune.tuner.bo import GaussianProcess, Inputs, alignments, expected_improvement, nearest, propose
 from pytest_ktune.tuner.encoding import Encoding
 from pytest_ktune.tuner.samplers import make_sampler
 
@@ -157,6 +158,26 @@ def test_categorical_parameters_are_one_hot() -> None:
     while (pick := propose(feasible, timed, failed=[], busy=[], params=params, rng=rng)) is not None:
         timed.append((dict(pick), f(pick)))
     assert len(timed) == len(feasible)
+
+
+def test_a_parameter_whose_values_are_not_powers_of_two_gets_their_alignment_as_an_input() -> None:
+    # 2^5, 2^3, 2^4, 2^3, 2^6: from the least aligned (0) to the most (1)
+    assert alignments([32, 40, 48, 56, 64]) == pytest.approx([2 / 3, 0.0, 1 / 3, 0.0, 1.0])
+    assert alignments([1, 2, 3, 4]) == [0.0, 0.5, 0.0, 1.0]
+    assert alignments([1, 2, 4, 8]) is None  # rises with the value: the position says it already
+    assert alignments([0, 1]) is None and alignments([1.5, 2.0]) is None and alignments([3, 5, 7]) is None
+    inputs = Inputs({"BLOCK": [64, 32, 96], "VEC": [1, 2, 4], "LAYOUT": ["row", "col"]})
+    assert inputs.columns == [0, 3, 1, 2, 2]  # BLOCK's alignment: a parameter of its own, beside BLOCK
+    x = inputs([{"BLOCK": 96, "VEC": 4, "LAYOUT": "col"}, {"BLOCK": 64, "VEC": 1, "LAYOUT": "row"}])
+    assert x[:, :2].tolist() == [[1.0, 0.0], [0.5, 1.0]]  # 96 = 3 x 32 is the least aligned, 64 the most
+    # The model learns from alignment what position alone cannot: 32 and 64 fast, 96 slow in between.
+    params: dict[str, list[Value]] = {"BLOCK": [32 * i for i in range(1, 9)]}
+    enc = Inputs(params)
+    configs = [{"BLOCK": v} for v in (32, 64, 96, 128, 192)]
+    y = np.asarray([0.0 if int(c["BLOCK"]) % 64 == 0 or c["BLOCK"] == 32 else 1.0 for c in configs])
+    gp = GaussianProcess(enc(configs), y, enc.columns)
+    mu, _ = gp.predict(enc([{"BLOCK": 160}, {"BLOCK": 256}]))
+    assert mu[0] > mu[1]  # 160 = 5 x 32, as unaligned as 96; 256 as aligned as 128
 
 
 def test_many_parameters_fit_one_scale_at_a_time() -> None:

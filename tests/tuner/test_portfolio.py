@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_ktune.core.space import Value, config_key
@@ -85,6 +86,18 @@ def test_it_starts_with_one_more_configuration_than_there_are_parameters_spread_
     assert len({c["BX"] for c in start}) >= 3  # spread over the space, not clustered
 
 
+def test_the_start_takes_the_untried_point_farthest_from_those_tried() -> None:
+    at = Positions(FEASIBLE, PARAMS)
+    pf = Portfolio(at, random.Random(0))
+    first = at.row_of[config_key({"BX": 8, "BY": 1, "TILE": 1, "SHMEM": "no"})]
+    untried = at.untried({at.keys[first]})
+    far = at.feasible[pf.spread(untried, np.asarray([first]))]
+    # every parameter as far as the constraints let it go from the smallest corner
+    assert far["SHMEM"] == "yes" and int(far["BX"]) * int(far["BY"]) * int(far["TILE"]) == 512
+    gap = dict(zip(untried.tolist(), pf._distance(untried, pf.unit[first]).tolist(), strict=True))
+    assert gap[at.row_of[config_key(far)]] == max(gap.values())  # none farther, among all untried
+
+
 def test_each_arm_is_used_and_credited() -> None:
     at = Positions(FEASIBLE, PARAMS)
     pf = Portfolio(at, random.Random(1))
@@ -122,9 +135,32 @@ def _cache(tmp_path: Path) -> Path:
     return path
 
 
+def test_it_runs_only_in_a_space_larger_than_the_model_scores_whole(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.tuner import bo
+
+    made: list[int] = []
+    real = Portfolio
+
+    def counted(*args: Any) -> Portfolio:
+        made.append(len(args[0].feasible))
+        return real(*args)
+
+    monkeypatch.setattr(bo, "Portfolio", counted)
+    (problem,) = problems_for(tmp_path, [_cache(tmp_path)])
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=8, seed=0)
+    assert not made  # the toy space is smaller than SCORED: bo's own steps
+    monkeypatch.setattr(bo, "SCORED", len(FEASIBLE) - 1)
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=8, seed=0)
+    assert made == [len(FEASIBLE)]
+
+
 @pytest.mark.parametrize("budget", [12, 40])
-def test_through_the_tuner_it_spends_its_whole_budget_on_distinct_feasible_configurations(tmp_path: Path,
-                                                                                          budget: int) -> None:
+def test_through_the_tuner_it_spends_its_whole_budget_on_distinct_feasible_configurations(
+        tmp_path: Path, budget: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.tuner import bo
+
+    monkeypatch.setattr(bo, "SCORED", 0)  # the toy space counts as a large one
     (problem,) = problems_for(tmp_path, [_cache(tmp_path)])
     first = replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=budget, seed=5)
     again = replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=budget, seed=5)
