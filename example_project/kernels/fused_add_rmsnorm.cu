@@ -1,40 +1,128 @@
 // Fused residual-add + RMSNorm: residual[t, :] += x[t, :] (in place), then
 // out[t, :] = residual[t, :] / sqrt(mean(residual[t, :]^2) + eps) * w.
-// One block per row. Parameters: BLOCK threads per block, VEC elements per load.
-// The second pass re-reads the row each thread itself wrote (no barrier needed), so
-// the output is normalised from the stored (rounded) residual.
+// The output is normalised from the stored (rounded) residual. Parameters:
+//   BLOCK     threads per block;
+//   VEC       elements per load and store, of x, residual, w and out alike (16 bytes at VEC=8 in fp16 and
+//             bf16, 4 in fp32);
+//   ROWS      rows per block, each by TPR = BLOCK / ROWS threads: at TPR <= 32 a warp or part of one per
+//             row, reduced by shuffles alone, with no barrier;
+//   CACHE     vectors of its row (x + residual, rounded) each thread keeps in registers from the first pass
+//             to the second (0: the second pass reads back the residual it stored);
+//   REDUCE    where a row spans several warps: 0 sums the warps' partials in one warp (two barriers), 1 lets
+//             every warp sum them itself (one barrier);
+//   PREFETCH  with CACHE: 1 loads the weights of the held vectors with the row, before the reduction, so
+//             their latency hides behind it (0: after it).
+// ROWS=1, CACHE=0, REDUCE=0, PREFETCH=0 is the kernel as it was before those parameters: one block per row,
+// the block's sum through common.cuh's block_sum, the residual read back in the second pass.
 #include "common.cuh"
+
+#define TPR (BLOCK / ROWS)
+
+// The sum of x over the TPR threads of each row; every thread gets its row's.
+__device__ __forceinline__ float row_sum(float x) {
+#if TPR <= 32
+    // The row's threads are TPR aligned lanes of one warp: xor offsets below TPR stay among them.
+#pragma unroll
+    for (int o = TPR / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+#elif ROWS == 1 && REDUCE == 0
+    return block_sum<BLOCK>(x);
+#else
+    constexpr int WPR = TPR / 32;  // warps per row
+    __shared__ float partial[BLOCK / 32];
+    x = warp_sum(x);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) partial[warp] = x;
+    __syncthreads();
+#if REDUCE == 1
+    // Every warp reads its row's partials and sums them itself: no second barrier.
+    const float y = lane < WPR ? partial[warp / WPR * WPR + lane] : 0.f;
+    return warp_sum(y);
+#else
+    __shared__ float total[ROWS];
+    if (warp < ROWS) {  // warp r sums row r's partials
+        float y = lane < WPR ? partial[warp * WPR + lane] : 0.f;
+        y = warp_sum(y);
+        if (lane == 0) total[warp] = y;
+    }
+    __syncthreads();
+    return total[threadIdx.x / TPR];
+#endif
+#endif
+}
+
+// r + a, rounded to the element type as the residual stores it; ss += the squares of the rounded
+// elements, one at a time (the order of the sum as it always was).
+template <int N>
+__device__ __forceinline__ vec_t<N> added(const vec_t<N>& r, const vec_t<N>& a, float& ss) {
+    vec_t<N> z;
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        z.v[j] = store_f(load_f(r.v[j]) + load_f(a.v[j]));
+        const float f = load_f(z.v[j]);
+        ss += f * f;
+    }
+    return z;
+}
+
+template <int N>
+__device__ __forceinline__ vec_t<N> normed(const vec_t<N>& z, const vec_t<N>& g, float inv) {
+    vec_t<N> o;
+#pragma unroll
+    for (int j = 0; j < N; ++j) o.v[j] = store_f(load_f(z.v[j]) * inv * load_f(g.v[j]));
+    return o;
+}
 
 extern "C" __global__ void __launch_bounds__(BLOCK)
 fused_add_rmsnorm(elem_t* __restrict__ out, elem_t* __restrict__ residual,
-                  const elem_t* __restrict__ x, const elem_t* __restrict__ w, int H, float eps) {
+                  const elem_t* __restrict__ x, const elem_t* __restrict__ w, int H, float eps, int T) {
     typedef vec_t<VEC> V;
+#if ROWS == 1
+    const int row = blockIdx.x, t = threadIdx.x;
     const int nv = H / VEC;
-    const size_t row = (size_t)blockIdx.x * H;
-    const V* xr = reinterpret_cast<const V*>(x + row);
-    V* rr = reinterpret_cast<V*>(residual + row);
+#else
+    const int row = blockIdx.x * ROWS + threadIdx.x / TPR, t = threadIdx.x % TPR;
+    // A row past the last reads and writes nothing, but its threads still take part in the reduction.
+    const int nv = row < T ? H / VEC : 0;
+#endif
+    const size_t start = (size_t)row * H;
+    const V* xr = reinterpret_cast<const V*>(x + start);
+    V* rr = reinterpret_cast<V*>(residual + start);
     const V* wv = reinterpret_cast<const V*>(w);
-    V* orow = reinterpret_cast<V*>(out + row);
+    V* orow = reinterpret_cast<V*>(out + start);
 
     float ss = 0.f;
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
-        const V a = xr[i];
-        const V r = rr[i];
-        V z;
+#if CACHE > 0
+    V held[CACHE];
+#if PREFETCH
+    V wh[CACHE];
+#endif
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            z.v[j] = store_f(load_f(r.v[j]) + load_f(a.v[j]));
-            const float f = load_f(z.v[j]);
-            ss += f * f;
+    for (int k = 0; k < CACHE; ++k) {
+        const int i = t + k * TPR;
+        if (i < nv) {
+#if PREFETCH
+            wh[k] = wv[i];
+#endif
+            held[k] = added(rr[i], xr[i], ss);
+            rr[i] = held[k];
         }
-        rr[i] = z;
     }
-    const float inv = rsqrtf(block_sum<BLOCK>(ss) / H + eps);
-    for (int i = threadIdx.x; i < nv; i += BLOCK) {
-        const V z = rr[i], g = wv[i];
-        V o;
+#endif
+    // What the registers do not hold (all of the row at CACHE=0) is stored and read back in the second
+    // pass: each thread reads only what it wrote itself, so no barrier is needed.
+    for (int i = t + CACHE * TPR; i < nv; i += TPR) rr[i] = added(rr[i], xr[i], ss);
+    const float inv = rsqrtf(row_sum(ss) / H + eps);
+#if CACHE > 0
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o.v[j] = store_f(load_f(z.v[j]) * inv * load_f(g.v[j]));
-        orow[i] = o;
+    for (int k = 0; k < CACHE; ++k) {
+        const int i = t + k * TPR;
+#if PREFETCH
+        if (i < nv) orow[i] = normed(held[k], wh[k], inv);
+#else
+        if (i < nv) orow[i] = normed(held[k], wv[i], inv);
+#endif
     }
+#endif
+    for (int i = t + CACHE * TPR; i < nv; i += TPR) orow[i] = normed(rr[i], wv[i], inv);
 }

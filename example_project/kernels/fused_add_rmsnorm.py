@@ -4,6 +4,11 @@ The pre-norm step of a transformer layer: ``residual += x`` (written back in
 place), then ``out = residual / sqrt(mean(residual^2) + eps) * w``. The
 function returns ``(out, residual)``: ``out`` is a fresh array, ``residual`` is
 the caller's array with its new value, so both are checked.
+
+Its space holds what the best alternatives do at each shape class: a block per row (the default), several
+rows per block with a warp or part of one per row (short rows, many tokens), the row (x + residual) held in
+registers in one pass over memory with its weights loaded before the reduction, 16-byte loads, and
+reductions with one barrier or none.
 """
 
 from __future__ import annotations
@@ -31,10 +36,25 @@ def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
 
 @ktune.target(
     sources={"cuda": "fused_add_rmsnorm.cu", "opencl": "fused_add_rmsnorm.cl"},
-    # What serving stacks ship: one block of 256 threads per row, scalar loads.
-    default={"BLOCK": 256, "VEC": 1},
-    space=ktune.Space(BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
-                      constraints=["H % VEC == 0"]),
+    # What serving stacks ship: one block of 256 threads per row, scalar loads. ROWS=1, CACHE=0, REDUCE=0,
+    # PREFETCH=0 is the kernel before those parameters existed, so records written without them mean what
+    # they meant.
+    default={"BLOCK": 256, "VEC": 1, "ROWS": 1, "CACHE": 0, "REDUCE": 0, "PREFETCH": 0},
+    space=ktune.Space(
+        BLOCK=[64, 128, 256, 512, 1024], VEC=[1, 2, 4, 8],
+        ROWS=[1, 2, 4, 8, 16, 32],    # rows per block; BLOCK // ROWS threads per row (a warp or less at <= 32)
+        CACHE=[0, 1, 2, 4, 8, 16],    # vectors per thread held in registers between the passes
+        REDUCE=[0, 1],                # across a row's warps: two barriers (0) or one (1)
+        PREFETCH=[0, 1],              # the held vectors' weights loaded after the reduction (0) or before (1)
+        constraints=[
+            "H % VEC == 0",
+            "ROWS == 1 or ROWS <= T",                             # no block of rows all past the last
+            "REDUCE == 0 or BLOCK // ROWS > 32",                  # a row within a warp needs no barrier
+            "CACHE == 0 or CACHE * VEC * (BLOCK // ROWS) >= H",   # the whole row held, else read twice ...
+            "CACHE <= 1 or CACHE // 2 * VEC * (BLOCK // ROWS) < H",  # ... in the fewest registers that hold it
+            "CACHE * VEC <= 64",                                  # at most 64 elements a thread
+            "PREFETCH == 0 or CACHE > 0",                         # only held vectors have weights to hold
+        ]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "H": x.shape[1], "dtype": x.dtype.name},
     defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
                        "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
@@ -56,6 +76,6 @@ def fused_add_rmsnorm(kernel: ktune.Kernel, x: Any, residual: Any, w: Any,
                       eps: float = 1e-6) -> tuple[Any, Any]:
     tokens, hidden = x.shape
     out = kernel.empty_like(x)
-    kernel.launch(grid=tokens, block=kernel["BLOCK"],
-                  args=[out, residual, x, w, np.int32(hidden), np.float32(eps)])
+    kernel.launch(grid=ktune.cdiv(tokens, kernel["ROWS"]), block=kernel["BLOCK"],
+                  args=[out, residual, x, w, np.int32(hidden), np.float32(eps), np.int32(tokens)])
     return out, residual

@@ -4,7 +4,8 @@ Where an example kernel changed since its landscapes were recorded, the tests re
 the target as it was then, under tests/data (``FROZEN``): rmsnorm before ROWS, CACHE and REDUCE (its
 one-block-per-row kernel is the new template at ROWS=1, CACHE=0, REDUCE=0, so what these landscapes
 say of the search still holds); silu_and_mul and gelu_tanh_and_mul before ROWS, FAST and GRID (their
-flat range of vectors is the new templates at ROWS=0, FAST=0, GRID=0).
+flat range of vectors is the new templates at ROWS=0, FAST=0, GRID=0); fused_add_rmsnorm before ROWS,
+CACHE, REDUCE and PREFETCH (the new template at ROWS=1, CACHE=0, REDUCE=0, PREFETCH=0).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ LANDSCAPES = REPO / "benchmarks" / "results" / "landscapes"
 RMSNORM = LANDSCAPES / "rmsnorm-T64-H4096-float16-H200.json"
 SILU = LANDSCAPES / "silu_and_mul-T256-I14336-float16-H200.json"
 GLU_V1 = REPO / "tests" / "data" / "glu_v1"
-FROZEN = {"rmsnorm": REPO / "tests" / "data" / "rmsnorm_v1", "silu_and_mul": GLU_V1, "gelu_tanh_and_mul": GLU_V1}
+FROZEN = {"rmsnorm": REPO / "tests" / "data" / "rmsnorm_v1", "silu_and_mul": GLU_V1, "gelu_tanh_and_mul": GLU_V1,
+          "fused_add_rmsnorm": REPO / "tests" / "data" / "fused_add_rmsnorm_v1"}
 
 
 def root_of(name: str) -> Path:
