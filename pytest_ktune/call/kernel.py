@@ -21,9 +21,23 @@ from pytest_ktune.measure.runtime import Kernel
 class ProductionKernel(Kernel):
     """The kernel handle of production calls: one per route, device, key and parameters, reused by every call."""
 
+    _own: dict[str, Value]
+
+    def __new__(cls, backend: Backend, program: Program, params: Mapping[str, Value], default_name: str,
+                route: Route, *, where: str = "") -> ProductionKernel:
+        # ``kernel["BLOCK"]`` as a dictionary's own lookup, not a frame: special methods are looked up on the
+        # class, so each handle is made of a class of its own whose ``__getitem__`` is its parameters' (a
+        # KeyError for an unknown name, as before). Made so from the start: an instance whose class is changed
+        # afterwards loses CPython's fast attribute access.
+        own = dict(params)
+        mine = type(cls.__name__, (cls,), {"__getitem__": own.__getitem__, "__slots__": ()})
+        self: ProductionKernel = object.__new__(mine)
+        self._own = own
+        return self
+
     def __init__(self, backend: Backend, program: Program, params: Mapping[str, Value], default_name: str,
                  route: Route, *, where: str = "") -> None:
-        super().__init__(backend, program, dict(params), default_name, where=where)
+        super().__init__(backend, program, self._own, default_name, where=where)
         self._route = route
         self._fn = program.function(default_name)
         self._launch = route.launch
@@ -38,11 +52,6 @@ class ProductionKernel(Kernel):
             self._library_empty, self.empty_like = allocation()  # type: ignore[method-assign]
         elif (like := getattr(route, "empty_like", None)) is not None:  # a route's own, in one frame (torch's)
             self.empty_like = like  # type: ignore[method-assign]
-        # ``kernel["BLOCK"]`` as a dictionary's own lookup, not a frame: special methods are looked up on the
-        # class, so each handle gets a class of its own whose ``__getitem__`` is its parameters' (a KeyError
-        # for an unknown name, as before).
-        self.__class__ = type(ProductionKernel.__name__, (ProductionKernel,),
-                              {"__getitem__": self.params.__getitem__, "__slots__": ()})
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
         if self._library_empty is not None and type(dtype) is not str:  # a name: the backend resolves it

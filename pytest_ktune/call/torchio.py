@@ -145,6 +145,7 @@ class TorchCudaRoute:
         self._capturing = getattr(c, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
         self._pointer: type = getattr(backend, "pointer", np.uint64)  # CuPy's CIntptr: passed as it is
         self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
+        self._passed: set[type] = set()  # the types of launch arguments that are neither views nor tensors
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -232,17 +233,20 @@ class TorchCudaRoute:
             pointers = self._pointers(fn, args)  # which names what is missing
             fn.launch_on_stream(grid, block, pointers, self._stream(self.ordinal), shared)  # type: ignore[attr-defined]
             return
-        pointer = self._pointer
-        kargs: list[Any] = []
-        for a in args:  # a loop, not a comprehension: no frame of its own
-            if type(a) is TorchArray:
-                kargs.append(a.ptr)
+        pointer, passed = self._pointer, self._passed
+        kargs = list(args)
+        for i, a in enumerate(kargs):  # a loop, not a comprehension: no frame of its own
+            t = type(a)
+            if t is TorchArray:
+                kargs[i] = a.ptr
+            elif t in passed:  # a type seen before that is passed as it is (numpy scalars, say)
+                continue
             elif isinstance(a, TorchArray):
-                kargs.append(pointer(a.tensor.data_ptr()))
+                kargs[i] = pointer(a.tensor.data_ptr())
             elif isinstance(a, Tensor):
-                kargs.append(pointer(a.data_ptr()))
+                kargs[i] = pointer(a.data_ptr())
             else:
-                kargs.append(a)
+                passed.add(t)
         pointers = tuple(kargs)
         raw = self._stream(self.ordinal)
         on = streams.get(raw)
