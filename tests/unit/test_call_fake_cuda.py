@@ -258,3 +258,27 @@ def test_a_failed_straight_launch_names_the_target_and_the_kernel(tmp_path: Path
     with pytest.raises(KtuneError, match=r"launch of kernel scale .* failed: TypeError: bad argument") as err:
         module.scale(x, w)
     assert "target scale" in str(err.value)
+
+
+def test_the_torch_op_reaches_the_positional_fast_path_even_called_with_a_default_by_name(
+        tmp_path: Path, fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inductor's generated code calls an op with its scalar defaults by name (``eps=1e-06``); the dispatcher
+    # hands the implementation its arguments by position, defaults left out.
+    torch = pytest.importorskip("torch")
+    import ktune
+
+    module = _module(tmp_path, "fake_cuda_j")
+    op = ktune.torch_op(module.scale, name="fake_cuda_j_scale")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    op(x, w)
+    op(x, w)
+    plan = module.scale._plan
+
+    def by_name(*args: Any) -> Any:
+        raise AssertionError("the call was bound by name")
+
+    monkeypatch.setattr(plan, "_call", by_name)
+    out = op.op(x, w, alpha=1.0)
+    assert isinstance(out, torch.Tensor) and out.shape == (4, 256)
+    assert _function(module).last.args[1].val == x.data_ptr()
