@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import statistics
@@ -193,6 +194,12 @@ class CudaBackend:
             # CuPy hands over NVRTC's messages only when it compiles, never for a cached binary: with
             # KTUNE_COMPILER_OUTPUT=1 every program is compiled in this process, and its log kept.
             os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+
+    def native_allocation(self) -> tuple[Any, Any]:
+        """CuPy's own ``empty`` and ``empty_like`` (C order): what a production call on CuPy arrays allocates
+        its outputs with, with no frame of this backend between (no poison, a numpy dtype as CuPy takes it)."""
+        cp = self.cp
+        return cp.empty, functools.partial(cp.empty_like, order="C")
 
     def external_stream(self, handle: int) -> Any:
         """A CuPy stream object for the CUDA stream ``handle`` (made once per handle)."""

@@ -40,6 +40,10 @@ class CudaFunction:
     _direct_device: int = -1
     _device_now: Any = None  # CuPy's runtime.getDevice
     _convert: tuple[tuple[int, type], ...] = ()  # where the last checked launch had Python scalars, and to what
+    # What a caller may launch with itself, in its own frame (``call.kernel``, ``call.torchio``): the last checked
+    # launch's block and argument types, CuPy's function, runtime.getDevice and the device it was loaded on.
+    # None until a checked launch that converts nothing (no Python scalars, no constants) has found the function.
+    straight: tuple[tuple[int, ...], tuple[type, ...], Any, Any, int] | None = None
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -73,6 +77,8 @@ class CudaFunction:
                 self._device_now = self.backend.cp.cuda.runtime.getDevice
                 self._direct_device = int(self._device_now())
                 self._direct = direct
+            self.straight = None if self._direct is None or self._convert or self._types is None else (
+                block, self._types, self._direct, self._device_now, self._direct_device)
         return kargs
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0,

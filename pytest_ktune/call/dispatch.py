@@ -51,20 +51,26 @@ READERS: dict[type, Callable[[Any], Any]] = {
 }
 
 
+# torch tensor types seen so far: kept out of READERS, so that the positional fast path (``plan.call``) reads
+# a tensor's layout in place (what ``call.torchio.layout`` gives) rather than through a Python function.
+TENSORS: set[type] = set()
+
+
 def reader(t: type) -> Callable[[Any], Any]:
     """What the signature reads of an argument of type ``t``."""
     found = READERS.get(t)
     if found is not None:
         return found
     mod = t.__module__
+    if t in TENSORS or (mod.startswith("torch") and any(c.__name__ == "Tensor" for c in t.__mro__)):
+        from pytest_ktune.call.torchio import layout  # torch is imported here, not before
+
+        TENSORS.add(t)
+        return layout
     if mod.startswith("pyopencl"):
         found = attrgetter("dtype", "shape", "strides", "queue")
     elif mod.startswith("cupy"):
         found = attrgetter("dtype", "shape", "strides")
-    elif mod.startswith("torch") and any(c.__name__ == "Tensor" for c in t.__mro__):
-        from pytest_ktune.call.torchio import layout  # torch is imported here, not before
-
-        found = layout
     elif issubclass(t, np.generic):
         found = _value
     else:  # a host array, a tuple, an object: nothing the cache can compare cheaply

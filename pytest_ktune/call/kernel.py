@@ -21,20 +21,44 @@ from pytest_ktune.measure.runtime import Kernel
 class ProductionKernel(Kernel):
     """The kernel handle of production calls: one per route, device, key and parameters, reused by every call."""
 
+    _own: dict[str, Value]
+
+    def __new__(cls, backend: Backend, program: Program, params: Mapping[str, Value], default_name: str,
+                route: Route, *, where: str = "") -> ProductionKernel:
+        # ``kernel["BLOCK"]`` as a dictionary's own lookup, not a frame: special methods are looked up on the
+        # class, so each handle is made of a class of its own whose ``__getitem__`` is its parameters' (a
+        # KeyError for an unknown name, as before). Made so from the start: an instance whose class is changed
+        # afterwards loses CPython's fast attribute access.
+        own = dict(params)
+        mine = type(cls.__name__, (cls,), {"__getitem__": own.__getitem__, "__slots__": ()})
+        self: ProductionKernel = object.__new__(mine)
+        self._own = own
+        return self
+
     def __init__(self, backend: Backend, program: Program, params: Mapping[str, Value], default_name: str,
                  route: Route, *, where: str = "") -> None:
-        super().__init__(backend, program, dict(params), default_name, where=where)
+        super().__init__(backend, program, self._own, default_name, where=where)
         self._route = route
         self._fn = program.function(default_name)
         self._launch = route.launch
         self._native = route.native  # a native route launches as the function does: no call in between
         self._block: tuple[int, ...] | None = getattr(program, "block", None)  # a program that sets its own block
         self.launches = 0
+        # A native route whose backend hands out its library's allocation (CuPy's): outputs come from it with no
+        # frame of the route's or the backend's between; ``empty_like`` is the library's own.
+        allocation = getattr(route.backend, "native_allocation", None) if route.native else None
+        self._library_empty: Callable[..., Any] | None = None
+        if allocation is not None:
+            self._library_empty, self.empty_like = allocation()  # type: ignore[method-assign]
+        elif (like := getattr(route, "empty_like", None)) is not None:  # a route's own, in one frame (torch's)
+            self.empty_like = like  # type: ignore[method-assign]
 
     def empty(self, shape: int | Sequence[int], dtype: Any) -> Any:
+        if self._library_empty is not None and type(dtype) is not str:  # a name: the backend resolves it
+            return self._library_empty(shape, dtype)
         return self._route.empty((shape,) if isinstance(shape, int) else shape, dtype)
 
-    def empty_like(self, a: Any) -> Any:
+    def empty_like(self, a: Any) -> Any:  # replaced by the library's own in __init__ where there is one
         return self._route.empty(a.shape, a.dtype)
 
     def launch(self, grid: Dim, block: Dim | None = None, args: Sequence[Any] = (), *, name: str | None = None,
@@ -49,7 +73,17 @@ class ProductionKernel(Kernel):
                 self._launch(fn, g, self._block, args)
         elif type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
             if self._native:
-                fn.launch((grid,), (block,), args)
+                # A launch like the function's last checked one (``straight``: the same block and argument types,
+                # on the device it was loaded on) calls CuPy's function from here; any other goes to the function.
+                b: tuple[int, ...] = (block,)
+                s = getattr(fn, "straight", None)
+                if s is not None and b == s[0] and tuple(map(type, args)) == s[1] and s[3]() == s[4]:
+                    try:
+                        s[2]((grid,), b, args if type(args) is tuple else tuple(args), 0, None)
+                    except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
+                        raise fn._failed((grid,), b, exc) from None  # type: ignore[attr-defined]
+                else:
+                    fn.launch((grid,), b, args)
             else:
                 self._launch(fn, (grid,), (block,), args)
         else:  # another rank, or dynamic shared memory: checked as the handle of checks does

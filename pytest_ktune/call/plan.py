@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pytest_ktune.call.binding import Binder, Caller, array_arguments
-from pytest_ktune.call.dispatch import LIMIT, READERS, Signature, Uncacheable, checking, read_by, reader
+from pytest_ktune.call.dispatch import LIMIT, READERS, TENSORS, Signature, Uncacheable, checking, read_by, reader
 from pytest_ktune.call.kernel import Entry, ProductionKernel
 from pytest_ktune.call.native import route_for, router
 from pytest_ktune.call.route import Route
@@ -27,7 +27,7 @@ from pytest_ktune.core.paramsfile import ParamsFile, reload_all, watch
 from pytest_ktune.core.paths import params_path
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import target_id
-from pytest_ktune.core.target import Target
+from pytest_ktune.core.target import Target, install_call
 from pytest_ktune.measure.runtime import compile_target
 
 _NO_DEFINES: dict[str, Value] = {}
@@ -58,6 +58,7 @@ class CallPlan:
             for k in self.binder.positional_counts():
                 self._positions[k] = tuple(i for i, n in enumerate(self.binder.positional[:k]) if n in names)
         self.array_positions = tuple(i for i, n in enumerate(self.binder.positional) if n in declared)
+        self.fn = target.fn
         self._dispatch: dict[tuple[Any, ...], Entry] = {}
         self._entries: dict[tuple[Any, ...], Entry] = {}  # by route, key and defines
         self._file: ParamsFile | None = None
@@ -67,38 +68,7 @@ class CallPlan:
 
     # -- the call ----------------------------------------------------------------------------------------
     def __call__(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-        pf = self._file
-        if pf is None or monotonic() >= pf.next_check:
-            pf = self._check_file()
-        if kwargs or (positions := self._positions.get(len(args))) is None:
-            return self._call(args, kwargs, pf, None)
-        # Positional arguments: the signature is read from them, and a signature seen before (with the params
-        # file as it was, and the debug check off) calls the function with them as they are, or as the
-        # route views them.
-        parts: list[Any] = [len(args)]
-        readers = READERS
-        try:
-            for i in positions:
-                v = args[i]
-                t = type(v)
-                parts.append(t)
-                parts.append((readers.get(t) or reader(t))(v))
-            sig = tuple(parts)
-            entry = self._dispatch.get(sig)
-        except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all
-            return self._call(args, kwargs, pf, None)
-        if entry is None or entry.generation != pf.generation or not entry.launched or self.checking:
-            return self._call(args, kwargs, pf, sig)
-        route = entry.route
-        try:
-            if route.native:
-                return self.target.fn(entry.kernel, *args)
-            seen = route.view_args(self, args)
-            if seen is None:  # the route looks at this call as a whole (and names what is wrong with it)
-                return self._call(args, kwargs, pf, None)
-            return route.finish(self.target.fn(entry.kernel, *seen), _NOTHING, _NOTHING)
-        except (CompileError, LaunchError) as exc:
-            raise self._named(exc) from None
+        return call(self.target, *args, **kwargs)
 
     def _call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], pf: ParamsFile,
               by_position: tuple[Any, ...] | None) -> Any:
@@ -248,6 +218,60 @@ class CallPlan:
                                        "it as one dense block",
                                  f"pass {name}.contiguous() (torch) or ascontiguousarray({name}); a target whose "
                                  f"kernel takes strides declares strided=['{name}']")
+
+
+def call(target: Target, /, *args: Any, **kwargs: Any) -> Any:
+    """A production call of ``target``: calling a target runs this, as its ``__call__`` (``install_call``).
+
+    A call of positional arguments whose signature the dispatch cache knows (with the params file as it was,
+    and the debug check off) reads the signature from them in place, and calls the target's function with them
+    as they are (a native route) or as the route views them, in this one frame; any other call goes to the
+    plan's ``_call``, which binds it by name."""
+    plan: CallPlan | None = target._plan
+    if plan is None:
+        plan = plan_for(target)
+    pf = plan._file
+    if pf is None or monotonic() >= pf.next_check:  # the params file's follow-up: one comparison a call
+        pf = plan._check_file()
+    if kwargs or (positions := plan._positions.get(len(args))) is None:
+        return plan._call(args, kwargs, pf, None)
+    parts: list[Any] = [len(args)]
+    readers = READERS
+    try:
+        for i in positions:
+            v = args[i]
+            t = type(v)
+            parts.append(t)
+            read = readers.get(t)
+            if read is None:
+                if t in TENSORS:  # what call.torchio.layout reads, without its frame
+                    parts.append((v.dtype, v.shape, v.device, v.is_contiguous()))
+                    continue
+                read = reader(t)
+            parts.append(read(v))
+        sig = tuple(parts)
+        entry = plan._dispatch.get(sig)
+    except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all
+        return plan._call(args, kwargs, pf, None)
+    if entry is None or entry.generation != pf.generation or not entry.launched or plan.checking:
+        return plan._call(args, kwargs, pf, sig)
+    route = entry.route
+    try:
+        if route.native:
+            return plan.fn(entry.kernel, *args)
+        seen = route.view_args(plan, args)
+        if seen is None:  # the route looks at this call as a whole (and names what is wrong with it)
+            return plan._call(args, kwargs, pf, None)
+        result = plan.fn(entry.kernel, *seen)
+    except (CompileError, LaunchError) as exc:
+        raise plan._named(exc) from None
+    # A result that is one of the route's views goes back as its tensor, as the route's finish would give it.
+    if type(result) is route.view_type:
+        return result.tensor  # type: ignore[attr-defined]
+    return route.finish(result, _NOTHING, _NOTHING)
+
+
+install_call(call)
 
 
 def _entry_key(route: Route, key: Mapping[str, Any], defines: Mapping[str, Value]) -> tuple[Any, ...]:

@@ -37,6 +37,9 @@ class Route(Protocol):
     # The function sees the caller's arguments as they are, and its result goes back as it is: a call that
     # the dispatch cache finds needs neither ``view`` nor ``finish``.
     native: bool
+    # A result of this type (one of the route's views) goes back as its ``.tensor``, as ``finish`` would give
+    # it, without a call of ``finish``; None: every result goes through ``finish``.
+    view_type: type | None
 
     def prepare(self, plan: Checks, bound: dict[str, Any]) -> dict[str, Any]:
         """The arguments the target's function sees, after checking each array (a KtuneError naming it)."""
@@ -96,6 +99,7 @@ class PassThrough:
     triton backend): after its own checks (``prepare``), nothing between the call and the backend."""
 
     native = True
+    view_type: type | None = None
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend

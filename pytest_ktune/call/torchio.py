@@ -130,6 +130,7 @@ class TorchCudaRoute:
     """torch CUDA tensors on the CUDA backend: zero copy, torch's current stream, torch's allocator."""
 
     native = False
+    view_type: type | None = TorchArray  # finish gives such a result as its tensor
 
     def __init__(self, backend: Backend, ordinal: int) -> None:
         self.backend = backend
@@ -144,6 +145,7 @@ class TorchCudaRoute:
         self._capturing = getattr(c, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
         self._pointer: type = getattr(backend, "pointer", np.uint64)  # CuPy's CIntptr: passed as it is
         self._dtypes: dict[Any, tuple[np.dtype[Any], torch.dtype]] = {}
+        self._passed: set[type] = set()  # the types of launch arguments that are neither views nor tensors
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:
         seen = dict(bound)
@@ -205,19 +207,59 @@ class TorchCudaRoute:
         a.ptr = self._pointer(t.data_ptr())
         return a
 
+    def empty_like(self, a: Any) -> TorchArray:
+        """``empty(a.shape, a.dtype)`` in one frame: the handle's ``empty_like`` on this route."""
+        dtype = a.dtype
+        pair = self._dtypes.get(dtype)
+        if pair is None:
+            pair = self._dtypes[dtype] = _pair(dtype)
+        t = torch.empty(a.shape, dtype=pair[1], device=self.device)
+        out: TorchArray = _new(TorchArray)
+        out.tensor = t
+        out.shape = t.shape
+        out.dtype = pair[0]
+        out.ptr = self._pointer(t.data_ptr())
+        return out
+
     def launch(self, fn: KernelFunction, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any],
                shared: int = 0) -> None:
-        # Each tensor as its device pointer (a view's, made with it); the CUDA backend's function takes a
-        # launch like its last checked one without checks or conversions.
+        # Each tensor as its device pointer (a view's, made with it), on torch's current stream (read once, and
+        # its CuPy stream found by handle); a launch like the CUDA function's last checked one (``straight``)
+        # calls CuPy's function from here, any other goes through the function's own launch.
         try:
-            on_stream = fn.launch_on_stream  # type: ignore[attr-defined]
-            pointer = self._pointer
-            pointers = tuple([a.ptr if type(a) is TorchArray else pointer(a.data_ptr()) if isinstance(a, Tensor)
-                              else a for a in args])
-        except AttributeError:  # another backend's function, or arrays that are not this route's views
-            pointers = self._pointers(fn, args)
-            on_stream = fn.launch_on_stream  # type: ignore[attr-defined]
-        on_stream(grid, block, pointers, self._stream(self.ordinal), shared)
+            straight = fn.straight  # type: ignore[attr-defined]
+            streams = fn.backend.streams  # type: ignore[attr-defined]
+        except AttributeError:  # another backend's function: its own launch on a stream, where it has one
+            pointers = self._pointers(fn, args)  # which names what is missing
+            fn.launch_on_stream(grid, block, pointers, self._stream(self.ordinal), shared)  # type: ignore[attr-defined]
+            return
+        pointer, passed = self._pointer, self._passed
+        kargs = list(args)
+        for i, a in enumerate(kargs):  # a loop, not a comprehension: no frame of its own
+            t = type(a)
+            if t is TorchArray:
+                kargs[i] = a.ptr
+            elif t in passed:  # a type seen before that is passed as it is (numpy scalars, say)
+                continue
+            elif isinstance(a, TorchArray):
+                kargs[i] = pointer(a.tensor.data_ptr())
+            elif isinstance(a, Tensor):
+                kargs[i] = pointer(a.data_ptr())
+            else:
+                passed.add(t)
+        pointers = tuple(kargs)
+        raw = self._stream(self.ordinal)
+        on = streams.get(raw)
+        if on is None:
+            on = fn.backend.external_stream(raw)  # type: ignore[attr-defined]
+        if (not shared and straight is not None and block == straight[0]
+                and tuple(map(type, pointers)) == straight[1] and straight[3]() == straight[4]):
+            try:
+                straight[2](grid, block, pointers, 0, on)
+            except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
+                raise fn._failed(grid, block, exc) from None  # type: ignore[attr-defined]
+            return
+        fn.launch(grid, block, pointers, shared, on)  # type: ignore[call-arg]
 
     def _pointers(self, fn: KernelFunction, args: Sequence[Any]) -> tuple[Any, ...]:
         if not hasattr(fn, "launch_on_stream"):
@@ -245,6 +287,7 @@ class TorchHostRoute:
     """torch CPU tensors on the OpenCL backend, by a copy in and a copy out (for machines without a GPU)."""
 
     native = False
+    view_type: type | None = None  # its finish copies back
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend

@@ -88,7 +88,8 @@ class Target:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel in production: the parameters recorded for this device and key (the default where
-        none is), compiled once; see ``pytest_ktune.call``."""
+        none is), compiled once; see ``pytest_ktune.call``, which replaces this with its own call (``install_call``:
+        one frame from the caller to the target's function)."""
         plan = self._plan
         if plan is None:
             if not _PLANNER:
@@ -280,6 +281,12 @@ _PLANNER: list[Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]],
 def install_planner(planner: Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]], Any]]) -> None:
     """Make ``planner`` what plans a target's production calls (``pytest_ktune.call`` does, on import)."""
     _PLANNER[:] = [planner]
+
+
+def install_call(call: Callable[..., Any]) -> None:
+    """Make ``call(target, *args, **kwargs)`` what calling a target runs (``pytest_ktune.call`` does, on import):
+    the production call's fast path is then the target's ``__call__`` itself, not a second frame under it."""
+    Target.__call__ = call  # type: ignore[method-assign]
 
 
 def registered() -> dict[str, Target]:

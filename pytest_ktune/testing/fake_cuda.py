@@ -14,8 +14,10 @@ machine without a GPU. It says nothing of GPU time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import operator
 import sys
 import types
 from collections.abc import Iterator, Sequence
@@ -25,6 +27,9 @@ from typing import Any
 import numpy as np
 
 STREAM = 0x5A5A  # the handle of torch's "current stream" while installed
+# CuPy's current device while installed (``runtime.getDevice``, a C call that reads it): a test sets
+# ``CURRENT[0]`` to make another device current (``installed()`` puts 0 back).
+CURRENT = [0]
 _BASE = 1 << 32  # where the fake device memory starts
 
 
@@ -68,6 +73,11 @@ def _dense(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 def empty(shape: int | Sequence[int], dtype: Any = np.float64) -> ndarray:
     return ndarray((shape,) if isinstance(shape, int) else shape, dtype)
+
+
+def empty_like(a: ndarray, dtype: Any = None, order: str = "K", subok: Any = None,
+               shape: Any = None) -> ndarray:
+    return ndarray(a.shape if shape is None else shape, a.dtype if dtype is None else dtype)
 
 
 def asarray(a: Any) -> ndarray:
@@ -193,14 +203,14 @@ class _MemoryPool:
 def _module() -> types.ModuleType:
     cp = types.ModuleType("cupy", "a fake CuPy (pytest_ktune.testing.fake_cuda)")
     runtime = types.SimpleNamespace(getDeviceProperties=lambda i: dict(_PROPS), getDeviceCount=lambda: 1,
-                                    getDevice=itertools.repeat(0).__next__, driverGetVersion=lambda: 13000,
-                                    deviceGetAttribute=lambda attr, i: 0)
+                                    getDevice=functools.partial(operator.getitem, CURRENT, 0),
+                                    driverGetVersion=lambda: 13000, deviceGetAttribute=lambda attr, i: 0)
     function = types.SimpleNamespace(CPointer=CPointer, CIntptr=CIntptr, Function=Function)
     cp.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         Device=Device, Stream=Stream, runtime=runtime, function=function,
         nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)), get_current_stream=lambda: Stream(0))
-    for name, value in (("ndarray", ndarray), ("empty", empty), ("asarray", asarray), ("RawKernel", RawKernel),
-                        ("RawModule", RawModule), ("__version__", "14.2.0-fake"),
+    for name, value in (("ndarray", ndarray), ("empty", empty), ("empty_like", empty_like), ("asarray", asarray),
+                        ("RawKernel", RawKernel), ("RawModule", RawModule), ("__version__", "14.2.0-fake"),
                         ("get_default_memory_pool", _MemoryPool)):
         setattr(cp, name, value)
     return cp
@@ -220,9 +230,11 @@ def installed() -> Iterator[types.ModuleType]:
     native._CUDA_ROUTE.clear()
     sys.modules["cupy"] = cp = _module()
     torch_saved = _dress_torch(backends)
+    CURRENT[0] = 0
     try:
         yield cp
     finally:
+        CURRENT[0] = 0
         _undress_torch(torch_saved)
         native._CUDA_ROUTE[:] = saved_routes
         backends._INSTANCES.pop("cuda", None)

@@ -4,6 +4,7 @@ number of Python calls, and bad arguments are still refused naming the target an
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,7 +98,8 @@ def test_a_cached_call_on_cupy_arrays_launches_cupys_function_with_the_callers_a
         assert launch.args[3] == 256 and launch.args[4] == np.float32(alpha)
         assert out.shape == (4, 256) and out.dtype == np.float16
     assert module.KEYS[0] == 2  # once per signature: alpha 1.0, alpha 2.0
-    assert _python_calls(lambda: module.scale(x, w)) <= 8
+    # the call, the function, its launch: no frame of ours between the call and the function or the launch
+    assert _python_calls(lambda: module.scale(x, w)) <= 3
 
 
 def test_a_cached_call_on_torch_tensors_passes_their_pointers_on_torchs_current_stream(
@@ -117,7 +119,8 @@ def test_a_cached_call_on_torch_tensors_passes_their_pointers_on_torchs_current_
         assert pointers == [out.data_ptr(), x.data_ptr(), w.data_ptr()]
         assert launch.stream.ptr == fake_cuda.STREAM and launch.block == (128,)
     assert module.KEYS[0] == 1
-    assert _python_calls(lambda: module.scale(x, w)) <= 15
+    # and the route's view of the call, its empty_like and its launch on torch's stream
+    assert _python_calls(lambda: module.scale(x, w)) <= 6
 
 
 def test_bad_arguments_after_good_calls_are_refused_naming_the_argument(tmp_path: Path, fake: Any) -> None:
@@ -173,6 +176,109 @@ def test_a_launch_on_another_current_device_goes_through_the_rawkernel(tmp_path:
     monkeypatch.setattr(type(raw), "__call__", counted)
     module.scale(x, w)
     assert through == []  # straight to CuPy's function
-    monkeypatch.setattr(entry.kernel._fn, "_device_now", lambda: 1)  # CuPy's current device is another now
+    fake_cuda.CURRENT[0] = 1  # CuPy's current device is another now
     module.scale(x, w)
     assert through == [1]  # the RawKernel finds the device's own function
+    fake_cuda.CURRENT[0] = 0
+    module.scale(x, w)
+    assert through == [1]  # and back on its own device, straight again
+
+
+def test_a_torch_launch_on_another_current_cupy_device_goes_through_the_rawkernel(
+        tmp_path: Path, fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    module = _module(tmp_path, "fake_cuda_f")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    module.scale(x, w)
+    module.scale(x, w)
+    raw = next(iter(module.scale._plan._dispatch.values())).kernel._fn.kernel
+    through: list[Any] = []
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        through.append(kwargs.get("stream"))
+        self.kernel(*args[:3], 0, kwargs.get("stream"))
+
+    monkeypatch.setattr(type(raw), "__call__", counted)
+    module.scale(x, w)
+    assert through == []
+    fake_cuda.CURRENT[0] = 1
+    module.scale(x, w)
+    assert len(through) == 1 and through[0].ptr == fake_cuda.STREAM  # the RawKernel, still on torch's stream
+
+
+def test_a_params_file_edited_while_calls_run_straight_is_followed(tmp_path: Path, fake: Any) -> None:
+    from pytest_ktune import backends
+    from pytest_ktune.core import paramsfile
+
+    module = _module(tmp_path, "fake_cuda_g")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    params = tmp_path / "ktune-params.json"
+    device = backends.create("cuda").device.id
+    rec = {"target": "fake_cuda_g.py::scale", "device": device,
+           "key": {"N": 256, "dtype": "float16", "alpha": 1.0}, "params": {"BLOCK": 64}}
+    _prod.write_params(params, [rec])
+    for _ in range(3):
+        module.scale(x, w)
+    fn = _function(module)
+    assert fn.last.block == (64,)
+    paramsfile.watch(params).check_every(0.0)  # every call looks at the file (at most once a second otherwise)
+    _prod.write_params(params, [{**rec, "params": {"BLOCK": 128}}])
+    os.utime(params, ns=(1, 1))
+    module.scale(x, w)  # a signature the cache knows, by position: the follow-up runs before the lookup
+    assert _function(module).last.block == (128,)
+
+
+def test_the_handle_allocates_with_cupys_own_functions_and_reads_parameters_as_before(
+        tmp_path: Path, fake: Any) -> None:
+    module = _module(tmp_path, "fake_cuda_h")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    kernel = next(iter(module.scale._plan._dispatch.values())).kernel
+    assert kernel["BLOCK"] == 128 and kernel.params["BLOCK"] == 128
+    with pytest.raises(KeyError):
+        kernel["NOPE"]
+    strided = fake.ndarray((4, 8), np.float32, strides=(4, 16))
+    like = kernel.empty_like(strided)
+    assert isinstance(like, fake.ndarray) and like.shape == (4, 8) and like.flags.c_contiguous
+    assert kernel.empty(5, np.float32).shape == (5,) and kernel.empty((2, 3), "float16").dtype == np.float16
+
+
+def test_a_failed_straight_launch_names_the_target_and_the_kernel(tmp_path: Path, fake: Any,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _module(tmp_path, "fake_cuda_i")
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    fn = _function(module)
+
+    def broken(*args: Any) -> None:
+        raise TypeError("bad argument")
+
+    monkeypatch.setattr(type(fn), "__call__", broken)
+    with pytest.raises(KtuneError, match=r"launch of kernel scale .* failed: TypeError: bad argument") as err:
+        module.scale(x, w)
+    assert "target scale" in str(err.value)
+
+
+def test_the_torch_op_reaches_the_positional_fast_path_even_called_with_a_default_by_name(
+        tmp_path: Path, fake: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Inductor's generated code calls an op with its scalar defaults by name (``eps=1e-06``); the dispatcher
+    # hands the implementation its arguments by position, defaults left out.
+    torch = pytest.importorskip("torch")
+    import ktune
+
+    module = _module(tmp_path, "fake_cuda_j")
+    op = ktune.torch_op(module.scale, name="fake_cuda_j_scale")
+    x = fake_cuda.cuda_tensor(torch.ones((4, 256), dtype=torch.float16))
+    w = fake_cuda.cuda_tensor(torch.ones((256,), dtype=torch.float16))
+    op(x, w)
+    op(x, w)
+    plan = module.scale._plan
+
+    def by_name(*args: Any) -> Any:
+        raise AssertionError("the call was bound by name")
+
+    monkeypatch.setattr(plan, "_call", by_name)
+    out = op.op(x, w, alpha=1.0)
+    assert isinstance(out, torch.Tensor) and out.shape == (4, 256)
+    assert _function(module).last.args[1].val == x.data_ptr()
