@@ -99,7 +99,7 @@ def test_without_priors_the_default_is_its_sampler_alone_from_the_default(tmp_pa
     """--no-priors: ktune runs as on a target's first key on a new device (no device priors, no records
     of the target's other keys), which is the bo row; with priors it is not."""
     others = [LANDSCAPES_DIR / "silu_and_mul-T16-I14336-float16-NVIDIA_H200.json.gz", SILU]
-    problems = problems_for(ROOT, others)
+    problems = problems_for(root_of("silu_and_mul"), others)
     strategies = ("ktune", "bo")
     off = bench(problems, BenchSettings(budget=10, seeds=2, strategies=strategies, priors=False), progress=False)
     on = bench(problems, BenchSettings(budget=10, seeds=2, strategies=strategies), progress=False)
@@ -108,7 +108,7 @@ def test_without_priors_the_default_is_its_sampler_alone_from_the_default(tmp_pa
         assert ktune.traces == bo.traces
     assert any(lr.results[0].traces != lr.results[1].traces for lr in on)
     out = tmp_path / "out"
-    assert cli.main(["bench-search", str(SILU), "--root", str(ROOT), "--seeds", "1", "--budget", "4",
+    assert cli.main(["bench-search", str(SILU), "--root", str(root_of("silu_and_mul")), "--seeds", "1", "--budget", "4",
                      "--strategies", "ktune", "--no-priors", "--out", str(out), "--jobs", "1"]) == 0
     assert "Priors: off (--no-priors)" in capsys.readouterr().out
     assert json.loads((out / "bench-search.json").read_text())["priors"] is False

@@ -5,6 +5,7 @@ holds them as they were). On OpenCL (PoCL) here; on CUDA where a GPU is."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,10 +201,18 @@ def test_the_default_and_the_recorded_configurations_compute_what_they_did_bit_f
         np.testing.assert_array_equal(_run(backend, new, params, host), _run(backend, OLD[name], old, host))
 
 
+def _landscape_hash(path: Path) -> str:
+    raw = path.read_bytes()
+    text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    return str(json.loads(text)["source_hash"])
+
+
 def test_the_frozen_copies_are_the_kernels_the_records_name() -> None:
-    # A record names its source's hash: the frozen sources are the ones the H200 records were made on.
+    # A record or landscape names its source's hash: the frozen sources are the ones the H200 records made
+    # before ROWS, FAST and GRID (those still in the params file) and the committed landscapes were made on.
     records = json.loads((REPO / "example_project" / "ktune-params.json").read_text())["records"]
     for name in NAMES:
         hashes = {r["baseline"]["source_hash"] for r in records if r["target"].endswith(f"::{name}")
                   and r["baseline"]["source_path"].endswith(".cu") and "ROWS" not in r["params"]}
+        hashes |= {_landscape_hash(p) for p in (REPO / "benchmarks" / "results" / "landscapes").glob(f"{name}-*")}
         assert hashes == {OLD[name].source_hash("cuda")}, name
