@@ -67,9 +67,12 @@ def test_a_backend_asked_for_that_cannot_run_fails_the_run(project: Project) -> 
     project.write()
     result = project.pytester.runpytest_subprocess("--ktune", "--ktune-backend=cuda", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: the cuda backend cannot run: *",
-                                 lit("next step: pip install 'pytest-ktune[cuda]'") + "*",
+    result.stderr.fnmatch_lines(["ERROR: the cuda backend cannot run: *", "next step: *",
                                  "*--ktune-skip-unavailable*"])
+    # Without CuPy's CUDA libraries the step installs them; with a CUDA library but no driver to match, it
+    # names the driver.
+    (step,) = [line for line in result.stderr.lines if line.startswith("next step: ")]
+    assert "pip install 'pytest-ktune[cuda]'" in step or "the NVIDIA driver" in step, step
     result.stdout.no_fnmatch_line("*passed*")
 
 

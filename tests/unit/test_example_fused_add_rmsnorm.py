@@ -6,15 +6,13 @@ bit (tests/data/fused_add_rmsnorm_v1 holds it as it was). On OpenCL (PoCL) here;
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from pytest_ktune import BackendUnavailable
-from pytest_ktune.backends import Backend, create
+from pytest_ktune.backends import Backend
 from pytest_ktune.core.discover import discover
 from pytest_ktune.core.dtypes import as_dtype
 from pytest_ktune.core.target import Target
@@ -23,7 +21,6 @@ from pytest_ktune.measure.runtime import run
 from pytest_ktune.measure.verify import call_reference, check_outputs
 
 REPO = Path(__file__).resolve().parents[2]
-BACKENDS = ["opencl", pytest.param("cuda", marks=pytest.mark.gpu)]
 NAME = "fused_add_rmsnorm"
 
 
@@ -34,16 +31,6 @@ def _target(root: Path) -> Target:
 NEW = _target(REPO / "example_project")
 OLD = _target(REPO / "tests" / "data" / "fused_add_rmsnorm_v1")
 ADDED = {"ROWS": 1, "CACHE": 0, "REDUCE": 0, "PREFETCH": 0}  # the old kernel's values of what the space gained
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    try:
-        be = create(request.param)
-    except BackendUnavailable as exc:  # pragma: no cover - CI installs PoCL
-        pytest.skip(f"{exc.message}; {exc.hint}")
-    yield be
-    be.release()
 
 
 def _key(t: int, h: int, dtype: str) -> dict[str, Any]:

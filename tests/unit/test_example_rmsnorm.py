@@ -5,22 +5,19 @@ bit for bit (tests/data/rmsnorm_v1 holds it as it was). On OpenCL (PoCL) here; o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from pytest_ktune import BackendUnavailable
-from pytest_ktune.backends import Backend, create
+from pytest_ktune.backends import Backend
 from pytest_ktune.core.discover import discover
 from pytest_ktune.core.target import Target
 from pytest_ktune.measure.runtime import run
 from pytest_ktune.measure.verify import call_reference, check_outputs
 
 REPO = Path(__file__).resolve().parents[2]
-BACKENDS = ["opencl", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _target(root: Path) -> Target:
@@ -29,16 +26,6 @@ def _target(root: Path) -> Target:
 
 NEW = _target(REPO / "example_project")
 OLD = _target(REPO / "tests" / "data" / "rmsnorm_v1")
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    try:
-        be = create(request.param)
-    except BackendUnavailable as exc:  # pragma: no cover - CI installs PoCL
-        pytest.skip(f"{exc.message}; {exc.hint}")
-    yield be
-    be.release()
 
 
 def _inputs(t: int, h: int, dtype: str, seed: int = 0) -> dict[str, Any]:

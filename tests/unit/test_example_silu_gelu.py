@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from pytest_ktune import BackendUnavailable
-from pytest_ktune.backends import Backend, create
+from pytest_ktune.backends import Backend
 from pytest_ktune.core.case import edge_values
 from pytest_ktune.core.discover import discover
 from pytest_ktune.core.dtypes import as_dtype
@@ -24,21 +22,10 @@ from pytest_ktune.measure.runtime import run
 from pytest_ktune.measure.verify import call_reference, check_outputs
 
 REPO = Path(__file__).resolve().parents[2]
-BACKENDS = ["opencl", pytest.param("cuda", marks=pytest.mark.gpu)]
 NAMES = ("silu_and_mul", "gelu_tanh_and_mul")
 NEW = {t.name: t for t in discover(REPO / "example_project") if t.name in NAMES}
 OLD = {t.name: t for t in discover(REPO / "tests" / "data" / "glu_v1") if t.name in NAMES}
 ADDED = {"ROWS": 0, "FAST": 0, "GRID": 0}  # the old kernel's values of what the space gained
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
-    try:
-        be = create(request.param)
-    except BackendUnavailable as exc:  # pragma: no cover - CI installs PoCL
-        pytest.skip(f"{exc.message}; {exc.hint}")
-    yield be
-    be.release()
 
 
 def _bucket(t: int) -> int:
