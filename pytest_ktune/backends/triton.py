@@ -93,8 +93,9 @@ class TritonFunction:
         self._max_threads = backend.device.max_threads_per_block
         # Later launches of a specialization the JIT compiled go straight to its kernel (never on the interpreter)
         rt = getattr(backend, "direct", None)  # a stand-in backend may have none
-        self.direct = None if rt is None else _direct().Direct.of(jit, self.kwargs, rt)
-        self._launched = None if rt is None else _direct().LAUNCHED
+        td = None if rt is None else _direct()
+        self.direct = None if td is None else td.Direct.of(jit, self.kwargs, rt)
+        self._launched = None if td is None else td.LAUNCHED
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any]) -> None:
         """``jit[grid](*args, **constexprs, num_warps=..., ...)``, or its kernel launched directly where the JIT

@@ -16,13 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pytest_ktune.call.plan import plan_for, reload
+from pytest_ktune.call.plan import reload
 from pytest_ktune.core.errors import KtuneWarning
-from pytest_ktune.core.target import Target, declare, install_planner
+from pytest_ktune.core.target import Target, declare
 
 __all__ = ["KtuneWarning", "reload", "target"]
-
-install_planner(plan_for)
 
 
 def target(**options: Any) -> Callable[[Callable[..., Any]], Target]:

@@ -1,8 +1,8 @@
 """A kernel template as declared: its sources, space, cases and reference (``declare``).
 
 The public ``@ktune.target`` (``pytest_ktune.call.target``) declares a ``Target``; calling one runs its
-kernel in production. How a call runs is the ``pytest_ktune.call`` layer's: it installs its planner here
-(``install_planner``) when it is imported, so this layer knows only the declaration and the seam.
+kernel in production. How a call runs is the ``pytest_ktune.call`` layer's: it installs its call as the
+target's ``__call__`` (``install_call``) when it is imported, so this layer knows only the declaration and the seam.
 """
 
 from __future__ import annotations
@@ -88,15 +88,10 @@ class Target:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel in production: the parameters recorded for this device and key (the default where
-        none is), compiled once; see ``pytest_ktune.call``, which replaces this with its own call (``install_call``:
-        one frame from the caller to the target's function)."""
-        plan = self._plan
-        if plan is None:
-            if not _PLANNER:
-                raise KtuneError("the production call is not loaded", where=self.where,
-                                 hint="declare targets with @ktune.target (import ktune)")
-            plan = _PLANNER[0](self)
-        return plan(args, kwargs)
+        none is), compiled once. ``pytest_ktune.call`` replaces this with its own call (``install_call``: one
+        frame from the caller to the target's function); until it is loaded there is no production call."""
+        raise KtuneError("the production call is not loaded", where=self.where,
+                         hint="declare targets with @ktune.target (import ktune)")
 
     @property
     def where(self) -> str:
@@ -274,15 +269,6 @@ def _call_with(fn: Callable[..., Any], bound: Mapping[str, Any], where: str, wha
 
 
 _REGISTRY: dict[str, Target] = {}
-# The production call's planner: a target's plan, made and kept on it (installed by pytest_ktune.call).
-_PLANNER: list[Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]], Any]]] = []
-
-
-def install_planner(planner: Callable[[Target], Callable[[tuple[Any, ...], Mapping[str, Any]], Any]]) -> None:
-    """Make ``planner`` what plans a target's production calls (``pytest_ktune.call`` does, on import)."""
-    _PLANNER[:] = [planner]
-
-
 def install_call(call: Callable[..., Any]) -> None:
     """Make ``call(target, *args, **kwargs)`` what calling a target runs (``pytest_ktune.call`` does, on import):
     the production call's fast path is then the target's ``__call__`` itself, not a second frame under it."""
