@@ -15,7 +15,7 @@ the same benchmark, side by side, for a before/after table.
 
 Usage:
   python3 benchmarks/gate_cost.py cost --project example_project --backend cuda [--runs N] [--label L]
-      [--site DIR] [-k EXPR] [--devices all|0,1,...] --out FILE.json
+      [--site DIR] [-k EXPR] [--without GLOB] [--devices all|0,1,...] --out FILE.json
   python3 benchmarks/gate_cost.py slowed --project example_project --backend cuda
       --landscape benchmarks/results/landscapes/X.json.gz --runs 10 --out FILE.json
 """
@@ -119,6 +119,9 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="ktune-gate-cost-"))
     project = work / args.project.name
     shutil.copytree(args.project, project, ignore=shutil.ignore_patterns(".ktune", "__pycache__"))
+    dropped = sorted(str(f.relative_to(project)) for pattern in args.without for f in project.glob(pattern))
+    for name in dropped:  # the project as it would be without those files (their imports too)
+        (project / name).unlink()
     extra = ["-k", args.k] if args.k else []
     if args.devices:
         extra.append(f"--ktune-devices={args.devices}")  # the gate over several devices: 0, 0,1 or all
@@ -130,7 +133,7 @@ def cmd_cost(args: argparse.Namespace) -> dict[str, Any]:
         print(f"{args.label} {r['run']}: {r['wall_s']} s, peak {r['peak_rss_bytes'] / 2**30:.2f} GiB, "
               f"{r['outcomes']}, rc {r['returncode']}, phases {r['phase_s']}", flush=True)
         runs.append(r)
-    return {"kind": "cost", "label": args.label, "select": args.k, "runs": runs}
+    return {"kind": "cost", "label": args.label, "select": args.k, "without": dropped, "runs": runs}
 
 
 def cmd_slowed(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,6 +183,8 @@ def main() -> int:
         p.add_argument("--out", type=Path, required=True)
     sub.choices["cost"].add_argument("-k", default=None, help="pytest's -k: a part of the project")
     sub.choices["cost"].add_argument("--label", default="after")
+    sub.choices["cost"].add_argument("--without", action="append", default=[], metavar="GLOB",
+                                     help="files of the project (a glob under it) left out of the copy")
     sub.choices["cost"].add_argument("--devices", default=None, help="--ktune-devices: all, or indices like 0,1")
     sub.choices["slowed"].add_argument("--landscape", type=Path, required=True)
     sub.choices["slowed"].add_argument("--low", type=float, default=1.08)

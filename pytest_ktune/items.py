@@ -65,7 +65,7 @@ class TargetCollector(pytest.Collector):
     def collect(self) -> Iterator[pytest.Item]:
         session = session_of(self.config)
         assert session is not None
-        backend = session.backend_name
+        backend = session.backend_for(self.target)  # the run's, or its second's (Triton's, in a cuda run)
         ids: list[tuple[int, str | KtuneError]] = []
         for i, case in enumerate(self.target.cases):
             try:

@@ -81,6 +81,7 @@ class MeasureService:
                  start_timeout_s: float = 180.0) -> None:
         self.spec = spec
         self.item_timeout_s = item_timeout_s
+        self.start_timeout_s = start_timeout_s
         self._child = ChildProcess(_service_main, (spec,), name="ktune-measure", start_timeout_s=start_timeout_s)
         self._device: DeviceInfo | None = None
         self._bandwidth: float | None = None
@@ -92,6 +93,11 @@ class MeasureService:
         self._ensure()
         assert self._device is not None
         return self._device
+
+    @property
+    def started(self) -> bool:
+        """Whether the process has started and found its device (it may have ended since)."""
+        return self._device is not None
 
     def _ensure(self) -> None:
         if self._child.alive:

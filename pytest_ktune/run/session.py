@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from pytest_ktune import backends
-from pytest_ktune.backends.base import DeviceInfo, device_labels
+from pytest_ktune.backends.base import DeviceInfo
 from pytest_ktune.core.errors import BackendUnavailable, KtuneError, StoreError
 from pytest_ktune.core.space import Value
 from pytest_ktune.core.store import Record, Store, Timing, merge_baselines, new_baseline, target_id
@@ -36,6 +36,7 @@ from pytest_ktune.measure.bench import Measurement
 from pytest_ktune.measure.service import MeasureService, ServiceSpec
 from pytest_ktune.report.results import ItemOutcome, RunResults
 from pytest_ktune.run.devices import Dispatcher, Planned, expected_times
+from pytest_ktune.run.lanes import Companion, Lane, second_backend, start_lanes
 from pytest_ktune.run.settings import Settings
 from pytest_ktune.run.tuning import Tuning
 from pytest_ktune.tuner.outcome import TuneOutcome
@@ -45,17 +46,6 @@ from pytest_ktune.writeback.deliver import deliver_change, git_mode
 
 class Skip(Exception):
     """The item cannot run here; the message says why and how to fix that."""
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One device of the run: its measurement process, its facts, its name in the reports, its gate."""
-
-    index: int
-    service: MeasureService
-    device: DeviceInfo
-    label: str
-    gate: Gate
 
 
 class Session:
@@ -88,6 +78,7 @@ class Session:
         self._device: DeviceInfo | None = None
         self._backend_error: BackendUnavailable | None = None
         self.tuning: Tuning | None = None  # made with the device, by the first tune item
+        self.companion: Companion | None = None  # the second backend's process (``run.lanes``), where one runs
         try:
             self.store: Store | None = Store.load(settings.params_path)
             self.store_error: StoreError | None = None
@@ -134,31 +125,45 @@ class Session:
         return self._device
 
     def _start_lanes(self, first: DeviceInfo) -> None:
-        """One measurement process per device of --ktune-devices, each pinned to its device; a device
-        named that cannot start is a usage error, as the backend's is."""
         devices = self.settings.devices
         indices = tuple(range(self.service.device_count())) if devices == "all" else devices
         assert isinstance(indices, tuple)
-        found: list[tuple[int, MeasureService, DeviceInfo]] = [(indices[0], self.service, first)]
-        for i in indices[1:]:
-            service = MeasureService(replace(self._spec, device_index=i), item_timeout_s=self.settings.item_timeout_s)
-            try:
-                found.append((i, service, service.device()))
-            except BackendUnavailable as exc:
-                for _, started, _ in found[1:]:
-                    started.close()
-                raise BackendUnavailable(f"--ktune-devices: device {i}: {exc.message}", hint=exc.hint) from None
-        names = device_labels([(i, d) for i, _, d in found])
-        self.lanes = [Lane(i, service, device, label, self.gate if i == indices[0] else
-                           Gate(self.gate.settings, service, like=self.gate))
-                      for (i, service, device), label in zip(found, names, strict=True)]
+        self.lanes = start_lanes(self.service, first, indices, self.gate, item_timeout_s=self.settings.item_timeout_s)
         self.dispatch = Dispatcher(self.lanes)
 
     def expect(self, perf: Sequence[tuple[Target, int]], checks: Sequence[tuple[Target, int]] = ()) -> None:
         """The run's performance and correctness items (after collection): over several devices, the first
         of them to run plans them all (``_plan``), so that every device works while pytest waits on one."""
-        self._perf_cases = list(perf)
-        self._check_cases = list(checks)
+        second = [t for t, _ in [*perf, *checks] if self._second_of(t) is not None]
+        self._perf_cases = [(t, i) for t, i in perf if t not in second]
+        self._check_cases = [(t, i) for t, i in checks if t not in second]
+        if second:
+            self._companion().start()  # in the background: ready by the time the first of them runs
+
+    def _second_of(self, target: Target) -> str | None:
+        """The run's second backend, where ``target`` runs there (``run.lanes.second_backend``)."""
+        return second_backend(self._device.backend, target) if self._device is not None else None
+
+    def _companion(self) -> Companion:
+        if self.companion is None:
+            self.companion = Companion(self._spec, self.gate, item_timeout_s=self.settings.item_timeout_s)
+        return self.companion
+
+    def _second_lane(self, target: Target, *, timing: bool = True) -> Lane | None:
+        """The second backend's lane where ``target`` runs there; Skip with why where that cannot start and
+        the run skips what cannot run (else the item's error: a gate fails closed)."""
+        if self._second_of(target) is None:
+            return None
+        try:
+            return self._companion().lane(update_baseline=timing and self.settings.update_baseline)
+        except BackendUnavailable as err:
+            if self.settings.skip_unavailable:
+                raise Skip(err.render()) from None
+            raise
+
+    def backend_for(self, target: Target) -> str:
+        """The backend ``target``'s items run on in this run: the run's, or its second's."""
+        return self._second_of(target) or self.backend_name
 
     def device(self) -> DeviceInfo:
         """The device, or Skip with how to get it (where skipping was allowed at the start)."""
@@ -204,7 +209,7 @@ class Session:
         if device.backend not in target.sources:
             if set(target.sources) == {TRITON}:
                 raise Skip(f"{target.name} is a Triton target (no {device.backend} source): it runs with "
-                           "--ktune-backend triton")
+                           "--ktune-backend triton, or in a cuda run")
             raise Skip(f"{target.name} has no {device.backend} source; add one to sources= to run it here")
         target = target.for_backend(device.backend)
         return Item(target=target, case_index=case_index, case_id=target.case_id(case), key=target.case_key(case),
@@ -222,6 +227,9 @@ class Session:
         Returns notes for the report; raises MismatchError, CompileError, LaunchError, SpaceError,
         or ItemCrash (the kernel crashed or hung the measurement process) on failure.
         """
+        second = self._second_lane(target, timing=False)
+        if second is not None:
+            return self._check_on(second, target, case_index)
         lane = self._lane()
         if self.dispatch is None:
             return self._check_on(lane, target, case_index)
@@ -248,9 +256,12 @@ class Session:
     # -- performance -----------------------------------------------------
     def perf(self, target: Target, case_index: int) -> PerfResult:
         """Time the case, compare with its baseline, and confirm a regression by A/B before failing."""
-        lane = self._lane()
-        if self.dispatch is None:
+        second = self._second_lane(target)
+        lane = second or self._lane()
+        if self.dispatch is None or second is not None:
             result = self._perf_on(lane, target, case_index)
+            if second is not None and self.companion is not None:
+                self.companion.ran += 1
         else:
             self._plan_expected()
             if not self.dispatch.planned(self._case_key(target, case_index)):
@@ -372,6 +383,9 @@ class Session:
     def tune(self, target: Target, key: dict[str, Any], indices: tuple[int, ...]) -> TuneOutcome:
         """Tune one key of a target, where the run's tuning chooses it (``run.tuning.Tuning.choose``)."""
         device = self.device()
+        if (other := self._second_of(target)) is not None:
+            raise Skip(f"{target.name} has a {other} source only: a {device.backend} run gates it but tunes only "
+                       f"{device.backend} targets; tune it with --ktune-backend {other}")
         if self.tuning is None:
             self.tuning = Tuning(self.settings, backend=device.backend, device=device,
                                  devices=tuple(lane.index for lane in self.lanes) if self.lanes else None)
@@ -395,6 +409,8 @@ class Session:
         """What the summary says once about the run: what changed cases were compared with, and a params
         file that does not exist."""
         out: list[str] = []
+        if self.companion is not None and (line := self.companion.notice()):
+            out.append(line)
         if self._device is not None and self._device.interpreted and self.results:
             out.append(f"{self._device.name}: the kernels ran in Triton's interpreter (TRITON_INTERPRET=1), so these "
                        "timings are the interpreter's on the CPU, not GPU timings (--ktune-update-baseline refuses "
@@ -414,12 +430,13 @@ class Session:
 
     def compiler_output(self) -> dict[str, list[str]]:
         """The compiler's messages of this run's builds, by target (kept by the measurement process)."""
+        out = self.companion.compiler_output() if self.companion is not None else {}
         if self._device is None:
-            return {}
+            return out
         try:
-            return self.service.compiler_output()
+            return {**out, **self.service.compiler_output()}
         except KtuneError:
-            return {}
+            return out
 
     def finish(self) -> str | None:
         """Write queued baselines and deliver tuned winners; returns lines for the terminal, or None."""
@@ -436,6 +453,8 @@ class Session:
             self.dispatch.close()
         for lane in self.lanes[1:]:
             lane.service.close()
+        if self.companion is not None:
+            self.companion.close()
         self.service.close()
 
     def _finish_baselines(self) -> str | None:
