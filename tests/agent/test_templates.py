@@ -67,7 +67,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     shutil.copytree(NAIVE, base / PKG, ignore=shutil.ignore_patterns("__pycache__", "*_tpl*"))
     (base / PKG / "two_cases.py").write_text(TWO_CASES)
     yield base
-    for name in [m for m in sys.modules if m == PKG or m.startswith(PKG + ".")]:
+    for name in [m for m in list(sys.modules) if m == PKG or m.startswith(PKG + ".")]:
         del sys.modules[name]
 
 
