@@ -134,10 +134,9 @@ class Session:
     def expect(self, perf: Sequence[tuple[Target, int]], checks: Sequence[tuple[Target, int]] = ()) -> None:
         """The run's performance and correctness items (after collection): over several devices, the first
         of them to run plans them all (``_plan``), so that every device works while pytest waits on one."""
-        second = [t for t, _ in [*perf, *checks] if self._second_of(t) is not None]
-        self._perf_cases = [(t, i) for t, i in perf if t not in second]
-        self._check_cases = [(t, i) for t, i in checks if t not in second]
-        if second:
+        self._perf_cases = [(t, i) for t, i in perf if self._second_of(t) is None]
+        self._check_cases = [(t, i) for t, i in checks if self._second_of(t) is None]
+        if len(self._perf_cases) + len(self._check_cases) < len(perf) + len(checks):  # some run on the second
             self._companion().start()  # in the background: ready by the time the first of them runs
 
     def _second_of(self, target: Target) -> str | None:
