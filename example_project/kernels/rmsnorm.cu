@@ -7,9 +7,11 @@
 //   CACHE   vectors of its row each thread keeps in registers from the first pass to the second (0: the
 //           second pass reads the row again);
 //   REDUCE  where a row spans several warps: 0 sums the warps' partials in one warp (two barriers), 1 lets
-//           every warp sum them itself (one barrier).
-// ROWS=1, CACHE=0, REDUCE=0 is the kernel as it was before ROWS, CACHE and REDUCE: one block per row, the
-// block's sum through common.cuh's block_sum, the row read twice.
+//           every warp sum them itself (one barrier);
+//   PREFETCH  with CACHE: 1 loads the weights of the held vectors with the row, before the reduction, so
+//           their latency hides behind it (0: after it).
+// ROWS=1, CACHE=0, REDUCE=0, PREFETCH=0 is the kernel as it was before those parameters: one block per row,
+// the block's sum through common.cuh's block_sum, the row read twice.
 #include "common.cuh"
 
 #define TPR (BLOCK / ROWS)
@@ -84,10 +86,16 @@ rmsnorm(elem_t* __restrict__ out, const elem_t* __restrict__ x, const elem_t* __
     float ss = 0.f;
 #if CACHE > 0
     V held[CACHE];
+#if PREFETCH
+    V wh[CACHE];
+#endif
 #pragma unroll
     for (int k = 0; k < CACHE; ++k) {
         const int i = t + k * TPR;
         if (i < nv) {
+#if PREFETCH
+            wh[k] = wv[i];
+#endif
             held[k] = xr[i];
             add_squares(ss, held[k]);
         }
@@ -100,7 +108,11 @@ rmsnorm(elem_t* __restrict__ out, const elem_t* __restrict__ x, const elem_t* __
 #pragma unroll
     for (int k = 0; k < CACHE; ++k) {
         const int i = t + k * TPR;
+#if PREFETCH
+        if (i < nv) orow[i] = normed(held[k], wh[k], inv);
+#else
         if (i < nv) orow[i] = normed(held[k], wv[i], inv);
+#endif
     }
 #endif
     for (int i = t + CACHE * TPR; i < nv; i += TPR) orow[i] = normed(xr[i], wv[i], inv);

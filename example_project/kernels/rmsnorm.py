@@ -2,7 +2,8 @@
 
 Its space holds what the best alternatives do at each shape class: a block per row (the default), several
 rows per block with a warp or part of one per row (short rows, few tokens), the row held in registers in
-one pass over memory, 16-byte loads of x and w, and reductions with one barrier or none.
+one pass over memory, 16-byte loads of x and w, reductions with one barrier or none, and (CUDA) the held
+vectors' weights loaded with the row, before the reduction.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def _case(t: int, h: int, dtype: str, **kw: Any) -> ktune.Case:
         _case(64, 4096, "bfloat16", backends=["cuda"]),
         _case(4096, 8192, "bfloat16", backends=["cuda"]),
     ],
+    # CUDA only: the held vectors' weights loaded with the row, before the reduction (1), or after it (0).
+    per_backend={"cuda": ktune.BackendSpace(PREFETCH=[0, 1], default={"PREFETCH": 0},
+                                            constraints=["PREFETCH == 0 or CACHE > 0"])},
     reference=rmsnorm_reference,
     bytes_moved=lambda x, w: 2 * x.nbytes + w.nbytes,
     flops=lambda x: 4 * x.size,

@@ -41,14 +41,16 @@ def _run(backend: Backend, target: Target, params: dict[str, Any], host: dict[st
     return backend.to_host(out)
 
 
-def _classes(key: dict[str, Any]) -> list[dict[str, Any]]:
-    """One feasible configuration of each class: one row a block or several, a warp or less a row or
-    more, the row held in registers or read twice, one barrier or two, scalar or 16-byte vectors."""
+def _classes(key: dict[str, Any], backend: str) -> list[dict[str, Any]]:
+    """One feasible configuration of each class of the backend's space: one row a block or several, a warp
+    or less a row or more, the row held in registers or read twice, one barrier or two, scalar or 16-byte
+    vectors, and (CUDA) the held vectors' weights loaded before the reduction or after it."""
     seen: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for p in NEW.space.feasible(key):
+    for p in NEW.for_backend(backend).space.feasible(key):
         block, rows, cache, vec = (int(p[n]) for n in ("BLOCK", "ROWS", "CACHE", "VEC"))
         if vec in (1, 8):
-            seen.setdefault((rows > 1, block // rows <= 32, cache > 0, p["REDUCE"], vec), dict(p))
+            seen.setdefault((rows > 1, block // rows <= 32, cache > 0, p["REDUCE"], vec, p.get("PREFETCH", 0)),
+                            dict(p))
     return list(seen.values())
 
 
@@ -56,7 +58,7 @@ def _classes(key: dict[str, Any]) -> list[dict[str, Any]]:
 def test_every_class_of_configuration_matches_the_reference(backend: Backend, t: int, h: int, dtype: str) -> None:
     # T=5 and T=3: the last block of several rows has rows past the end, which must write nothing.
     key = {"T": 8 if t == 5 else 4, "H": h, "dtype": dtype}
-    configs = _classes(key)
+    configs = _classes(key, backend.name)
     assert len(configs) >= 12  # the classes of the space (ROWS <= T leaves out the largest ROWS)
     host = _inputs(t, h, dtype)
     expected = [np.asarray(call_reference(NEW, host))]
@@ -85,9 +87,9 @@ def _recorded() -> list[dict[str, Any]]:
 @pytest.mark.parametrize("old", [dict(OLD.default), *_recorded()], ids=lambda p: "-".join(map(str, p.values())))
 def test_the_default_and_the_recorded_configurations_compute_what_they_did_bit_for_bit(
         backend: Backend, old: dict[str, Any]) -> None:
-    params = NEW.complete(old)
-    assert params == {**old, "ROWS": 1, "CACHE": 0, "REDUCE": 0}
+    params = NEW.for_backend(backend.name).complete(old)
+    assert params == {**old, "ROWS": 1, "CACHE": 0, "REDUCE": 0, **({"PREFETCH": 0} if backend.name == "cuda" else {})}
     for t, h, dtype in ((3, 4096, "float16"), (2, 4096, "float32")):
-        NEW.check_config(params, {"T": 4, "H": h, "dtype": dtype}, "recorded configuration")
+        NEW.for_backend(backend.name).check_config(params, {"T": 4, "H": h, "dtype": dtype}, "recorded configuration")
         host = _inputs(t, h, dtype, seed=1)
         np.testing.assert_array_equal(_run(backend, NEW, params, host), _run(backend, OLD, old, host))

@@ -1,0 +1,174 @@
+"""Where the production call's host time goes on a GPU: its parts timed one by one, side by side in one run.
+
+For the example's rmsnorm (H=4096, fp16) at T = 1 and 256, with the parameters the params file records, each
+row below is called ``--calls`` times in a loop with one synchronisation at the end, in ``--repeats``
+interleaved rounds (the same timer as ``production_call.py``); the table gives the median host µs per call.
+Each CuPy row adds one thing to the one above it, from the raw launch of ``production_call.py`` to the ktune
+call, so the differences between rows say what each part costs:
+
+- ``raw (RawKernel)``: ``cupy.empty`` and the ``cupy.RawKernel``'s call, its arguments made once;
+- ``raw (Function)``: the same through CuPy's function of the kernel (what the ktune call launches with);
+- ``+ empty_like``: the output from ``cupy.empty_like(x, order="C")`` (what the handle's ``empty_like`` is);
+- ``+ scalars``: the argument tuple and its three numpy scalars made per call, as the user's function does;
+- ``user function``: the target's function called with the call's own kernel handle (no dispatch);
+- ``ktune call``: ``rmsnorm(x, w)``.
+
+Then the torch path (tensors zero copy, torch's current stream): ``torch raw`` (``torch.empty_like`` and CuPy's
+function with the tensors' pointers on torch's stream, found once), ``torch raw + stream`` (the stream read per
+call, as the call does), ``ktune call (torch)``, ``ktune op (torch)``, ``torch eager`` (``F.rms_norm``). And the
+parts alone: each allocation, ``getDevice``, three numpy scalars, an empty Python call.
+
+Usage: python3 benchmarks/call_breakdown.py [--calls 2000] [--repeats 7] [--out benchmarks/results/DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
+
+TOKENS = (1, 256)
+HIDDEN = 4096
+EPS = 1e-6
+
+
+def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    import cupy as cp
+    import torch
+    import torch.nn.functional as F
+
+    import ktune
+    from example_project.kernels.rmsnorm import rmsnorm
+
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    xt = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
+    wt = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
+    xc, wc = cp.asarray(xt), cp.asarray(wt)
+    rmsnorm(xc, wc)
+    rmsnorm(xc, wc)  # the second call is the first the dispatch cache serves
+    plan = rmsnorm._plan
+    entry = next(e for e in plan._dispatch.values() if e.route.native)
+    handle = entry.kernel
+    fn = handle._fn  # the backend's CudaFunction
+    raw_kernel, direct = fn.kernel, fn._direct
+    if direct is None:
+        raise SystemExit("this CuPy has no function behind its RawKernel: nothing to break down")
+    grid, block = (ktune.cdiv(t, handle["ROWS"]),), (handle["BLOCK"],)
+    rest = (np.int32(HIDDEN), np.float32(EPS), np.int32(t))
+    shape, dtype = xc.shape, xc.dtype
+    user_fn = plan.fn
+    k_rms = ktune.torch_op(rmsnorm)
+    pointer = backend.pointer
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    stream = backend.external_stream(raw_stream(0))
+    getdevice = cp.cuda.runtime.getDevice
+
+    def raw_rawkernel() -> Any:
+        o = cp.empty(shape, dtype)
+        raw_kernel(grid, block, (o, xc, wc, *rest))
+        return o
+
+    def raw_function() -> Any:
+        o = cp.empty(shape, dtype)
+        direct(grid, block, (o, xc, wc, *rest), 0, None)
+        return o
+
+    def with_empty_like() -> Any:
+        o = cp.empty_like(xc, order="C")
+        direct(grid, block, (o, xc, wc, *rest), 0, None)
+        return o
+
+    def with_scalars() -> Any:
+        o = cp.empty_like(xc, order="C")
+        direct(grid, block, (o, xc, wc, np.int32(HIDDEN), np.float32(EPS), np.int32(t)), 0, None)
+        return o
+
+    def torch_raw() -> Any:
+        o = torch.empty_like(xt)
+        direct(grid, block, (pointer(o.data_ptr()), pointer(xt.data_ptr()), pointer(wt.data_ptr()), *rest), 0,
+               stream)
+        return o
+
+    def torch_raw_stream() -> Any:
+        o = torch.empty_like(xt)
+        on = backend.streams.get(raw_stream(0))
+        direct(grid, block, (pointer(o.data_ptr()), pointer(xt.data_ptr()), pointer(wt.data_ptr()), *rest), 0, on)
+        return o
+
+    methods: dict[str, Callable[[], Any]] = {
+        "raw (RawKernel)": raw_rawkernel,
+        "raw (Function)": raw_function,
+        "+ empty_like": with_empty_like,
+        "+ scalars": with_scalars,
+        "user function": lambda: user_fn(handle, xc, wc),
+        "ktune call": lambda: rmsnorm(xc, wc),
+        "torch raw": torch_raw,
+        "torch raw + stream": torch_raw_stream,
+        "ktune call (torch)": lambda: rmsnorm(xt, wt),
+        "ktune op (torch)": lambda: k_rms(xt, wt),
+        "torch eager": lambda: F.rms_norm(xt, (HIDDEN,), wt, EPS),
+        "cupy.empty": lambda: cp.empty(shape, dtype),
+        "cupy.empty_like": lambda: cp.empty_like(xc, order="C"),
+        "cupy.ndarray": lambda: cp.ndarray(shape, dtype),
+        "torch.empty_like": lambda: torch.empty_like(xt),
+        "getDevice": getdevice,
+        "3 numpy scalars": lambda: (np.int32(HIDDEN), np.float32(EPS), np.int32(t)),
+        "empty Python call": lambda: None,
+    }
+    info = {"params": dict(handle._own), "grid": grid, "block": block}
+    return methods, info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", type=Path, default=None, help="a folder (default: benchmarks/results/h200-<date>)")
+    args = ap.parse_args()
+    add_repo_to_path()
+    import torch
+
+    from pytest_ktune import backends
+
+    backend = backends.create("cuda")
+    torch.set_grad_enabled(False)
+    sync = torch.cuda.synchronize
+    rows: list[dict[str, Any]] = []
+    for t in TOKENS:
+        methods, info = _methods(t, backend)
+        for fn in methods.values():
+            for _ in range(100):
+                fn()
+        samples = interleaved(methods, args.repeats, args.calls, sync)
+        host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
+        spread = {m: [min(s[0] for s in v) * 1e6, max(s[0] for s in v) * 1e6] for m, v in samples.items()}
+        rows.append({"T": t, **info, "host_us": host, "host_range_us": spread,
+                     "wall_us": {m: statistics.median(s[1] for s in v) * 1e6 for m, v in samples.items()}})
+        print(f"T={t}: " + ", ".join(f"{m} {v:.2f}" for m, v in host.items()), flush=True)
+    date = now_utc()
+    device = backend.device.name
+    names = list(rows[0]["host_us"])
+    table = md_table(["row", *(f"T={r['T']} (µs)" for r in rows), *(f"T={r['T']} range" for r in rows)],
+                     [[m, *(f"{r['host_us'][m]:.2f}" for r in rows),
+                       *("{:.2f}-{:.2f}".format(*r["host_range_us"][m]) for r in rows)] for m in names])
+    md = (f"# The production call's host time, part by part\n\n{date}, `{command_line()}`, {device}\n\n"
+          f"rmsnorm H={HIDDEN} fp16, recorded parameters ({', '.join(str(r['params']) for r in rows)}). "
+          f"Median host µs per call of {args.repeats} interleaved rounds of {args.calls} calls (the range: "
+          f"the rounds' lowest and highest).\n\n{table}\n")
+    out = args.out or RESULTS / f"h200-{date[:10]}"
+    write_results(out / "call_breakdown.json", {"date": date, "device": device, "command": command_line(),
+                                                 "versions": versions(), "rows": rows}, md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Session 15's device calls. Phase a (issue 26: RMSNorm's CUDA-only PREFETCH, the held vectors' weights loaded
+# with the row before the reduction, as fused add + RMSNorm does; issue 32: the call's host time part by part):
+#   rms_correct   the target's CUDA correctness items and its unit tests on CUDA (every class of configuration);
+#   breakdown     benchmarks/call_breakdown.py;
+#   landscapes    every feasible configuration of RMSNorm at T=1, 64 x H=4096 and T=16384 x H=8192 fp16;
+#   rms_tune      RMSNorm tuned on its CUDA keys (at most 40 trials or 8 s of search a key), written to the file.
+# Phase b (after the tuned records are merged into example_project/ktune-params.json):
+#   rms_baseline  RMSNorm's CUDA baselines recorded again (its source changed, so its records are stale);
+#   bench         benchmarks/bench_kernels.py for rmsnorm (tuned vs default, torch eager, torch.compile, Liger);
+#   call          benchmarks/production_call.py and call_breakdown.py again, and the call layer's gpu tests.
+# Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
+# params file and one tarball of the rest.
+# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b   (the wheels in .whl/, Liger-Kernel's among them)
+set -uo pipefail
+TAIL=4
+phase=${1:?usage: h200_s15.sh a|b}
+# shellcheck source=benchmarks/_device.sh
+source benchmarks/_device.sh
+unset TRITON_INTERPRET
+more=/tmp/s15-more && rm -rf "$more" && mkdir -p "$more"
+ek=/tmp/s15-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
+keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-s15$phase.json"; }
+if [ "$phase" = a ]; then
+    step rms_correct 110 bash -c "python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda $ek \
+        -k 'rmsnorm and correct and not fused and not triton' -q -rs; python3 -m pytest -p no:cacheprovider -q -rs \
+        tests/unit/test_example_rmsnorm.py -k cuda"
+    step breakdown 70 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out "$more"
+    mkdir -p "$more/landscapes"
+    for key in "1 4096" "64 4096" "16384 8192"; do
+        set -- $key
+        name=rmsnorm-T$1-H$2-float16
+        timeout -s INT 70 python3 -m pytest_ktune.cli record rmsnorm --root "$ek" --backend cuda --key "T=$1" \
+            --key "H=$2" --key dtype=float16 --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
+        tail -n 2 "$more/landscapes/$name.log"
+    done
+    step rms_tune 130 python3 -m pytest_ktune.cli tune rmsnorm --root "$ek" --backend cuda --trials 40 \
+        --timeout 8 --seed 1 --write file
+    keep
+    cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+else
+    step rms_baseline 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" \
+        --ktune-update-baseline -k "rmsnorm and not fused and not triton" -q
+    keep
+    step bench 130 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets rmsnorm --budget-s 100 --compile-budget-s 45 --out "$more/bench_kernels-cuda.json"
+    step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out $more/after; \
+        python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
+        tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py"
+fi
+tar -czf "$OUT/s15$phase.tar.gz" -C "$more" .
+ls "$OUT"
