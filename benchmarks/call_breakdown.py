@@ -18,12 +18,19 @@ function with the tensors' pointers on torch's stream, found once), ``torch raw 
 call, as the call does), ``ktune call (torch)``, ``ktune op (torch)``, ``torch eager`` (``F.rms_norm``). And the
 parts alone: each allocation, ``getDevice``, three numpy scalars, an empty Python call.
 
+``--compiled``: the two-op module of ``production_call.py`` (``rmsnorm(x, w)``, ``silu_and_mul(g)``, T=16) with
+the ktune ops, called eagerly and compiled (``torch.compile(fullgraph=True, dynamic=False)``, default mode),
+beside the module with torch ops compiled, in the same loops; then cProfile of the compiled ktune module's
+forwards (the functions by own time: where the compiled call's host time goes that the eager one does not
+spend). Run it with ``TORCH_LOGS=output_code`` to see the code Inductor generates around the ops.
+
 Usage: python3 benchmarks/call_breakdown.py [--calls 2000] [--repeats 7] [--out benchmarks/results/DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import statistics
 import sys
 from collections.abc import Callable
@@ -33,6 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as common
 from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
 
 TOKENS = (1, 256)
@@ -127,10 +135,56 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
     return methods, info
 
 
+def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[str, Any], str]:
+    import torch
+    import torch.nn.functional as F
+
+    import ktune
+    from example_project.kernels.rmsnorm import rmsnorm
+    from example_project.kernels.silu_and_mul import silu_and_mul
+
+    t, inter = 16, 14336
+    k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)
+    gen = torch.Generator(device="cuda").manual_seed(116)
+    x = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
+    w = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
+    g = torch.randn((t, 2 * inter), device="cuda", dtype=torch.float16, generator=gen)
+
+    def with_ktune(x: Any, w: Any, g: Any) -> Any:
+        return k_rms(x, w, EPS), k_silu(g)
+
+    def with_torch(x: Any, w: Any, g: Any) -> Any:
+        return F.rms_norm(x, (HIDDEN,), w, EPS), F.silu(g[:, :inter]) * g[:, inter:]
+
+    ck = torch.compile(with_ktune, fullgraph=True, dynamic=False)
+    ct = torch.compile(with_torch, fullgraph=True, dynamic=False)
+    methods: dict[str, Callable[[], Any]] = {
+        "ktune ops, eager": lambda: with_ktune(x, w, g),
+        "ktune ops, compiled": lambda: ck(x, w, g),
+        "torch ops, eager": lambda: with_torch(x, w, g),
+        "torch ops, compiled": lambda: ct(x, w, g),
+    }
+    for fn in methods.values():
+        for _ in range(100):
+            fn()
+    samples = interleaved(methods, args.repeats, args.calls, sync)
+    host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
+    print("compiled T=16: " + ", ".join(f"{m} {v:.2f}" for m, v in host.items()), flush=True)
+    text = io.StringIO()
+    stats, per_call = common.profiled(lambda: ck(x, w, g), 1000, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    md = md_table(["module (T=16, fp16)", "host µs per forward"], [[m, f"{v:.2f}"] for m, v in host.items()])
+    return ({"host_us": host, "python_calls_per_forward": per_call},
+            f"## The two-op module, eager and compiled (default mode)\n\n{md}\n\ncProfile of 1000 compiled "
+            f"forwards with ktune ops: {per_call:.1f} function calls a forward.\n\n```\n{text.getvalue().strip()}\n"
+            "```\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--compiled", action="store_true", help="the compiled two-op module too, with a profile")
     ap.add_argument("--out", type=Path, default=None, help="a folder (default: benchmarks/results/h200-<date>)")
     args = ap.parse_args()
     add_repo_to_path()
@@ -163,9 +217,14 @@ def main() -> int:
           f"rmsnorm H={HIDDEN} fp16, recorded parameters ({', '.join(str(r['params']) for r in rows)}). "
           f"Median host µs per call of {args.repeats} interleaved rounds of {args.calls} calls (the range: "
           f"the rounds' lowest and highest).\n\n{table}\n")
+    compiled: dict[str, Any] = {}
+    if args.compiled:
+        compiled, section = _compiled(args, sync)
+        md += "\n" + section
     out = args.out or RESULTS / f"h200-{date[:10]}"
     write_results(out / "call_breakdown.json", {"date": date, "device": device, "command": command_line(),
-                                                 "versions": versions(), "rows": rows}, md)
+                                                 "versions": versions(), "rows": rows,
+                                                 "compiled": compiled}, md)
     print(md)
     return 0
 

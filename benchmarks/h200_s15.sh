@@ -25,7 +25,8 @@ if [ "$phase" = a ]; then
     step rms_correct 110 bash -c "python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda $ek \
         -k 'rmsnorm and correct and not fused and not triton' -q -rs; python3 -m pytest -p no:cacheprovider -q -rs \
         tests/unit/test_example_rmsnorm.py -k cuda"
-    step breakdown 70 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out "$more"
+    step breakdown 100 env TORCH_LOGS=output_code python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 \
+        --compiled --out "$more"
     mkdir -p "$more/landscapes"
     for key in "1 4096" "64 4096" "16384 8192"; do
         set -- $key
@@ -45,7 +46,7 @@ else
     step bench 130 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
         --targets rmsnorm --budget-s 100 --compile-budget-s 45 --out "$more/bench_kernels-cuda.json"
     step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
-        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out $more/after; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --compiled --out $more/after; \
         python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
         tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py"
 fi
