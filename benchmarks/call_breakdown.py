@@ -16,7 +16,9 @@ call, so the differences between rows say what each part costs:
 Then the torch path (tensors zero copy, torch's current stream): ``torch raw`` (``torch.empty_like`` and CuPy's
 function with the tensors' pointers on torch's stream, found once), ``torch raw + stream`` (the stream read per
 call, as the call does), ``ktune call (torch)``, ``ktune op (torch)``, ``torch eager`` (``F.rms_norm``). And the
-parts alone: each allocation, ``getDevice``, three numpy scalars, an empty Python call.
+parts alone: each allocation, ``getDevice``, three numpy scalars, an empty Python call; and the call's own parts:
+the handle's ``launch`` and ``empty_like`` on each route, the torch route's views of the arguments, and the
+user's function on the torch route's handle and views (no dispatch).
 
 ``--compiled``: the two-op module of ``production_call.py`` (``rmsnorm(x, w)``, ``silu_and_mul(g)``, T=16) with
 the ktune ops, called eagerly and compiled (``torch.compile(fullgraph=True, dynamic=False)``, default mode),
@@ -111,6 +113,15 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
         direct(grid, block, (pointer(o.data_ptr()), pointer(xt.data_ptr()), pointer(wt.data_ptr()), *rest), 0, on)
         return o
 
+    rmsnorm(xt, wt)
+    rmsnorm(xt, wt)
+    t_entry = next(e for e in plan._dispatch.values() if not e.route.native)
+    t_route, t_handle = t_entry.route, t_entry.kernel
+    views = t_route.view_args(plan, (xt, wt))
+    t_out = t_handle.empty_like(views[0])
+    c_out = handle.empty_like(xc)
+    c_args = [c_out, xc, wc, *rest]
+    t_args = [t_out, views[0], views[1], *rest]
     methods: dict[str, Callable[[], Any]] = {
         "raw (RawKernel)": raw_rawkernel,
         "raw (Function)": raw_function,
@@ -123,6 +134,12 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
         "ktune call (torch)": lambda: rmsnorm(xt, wt),
         "ktune op (torch)": lambda: k_rms(xt, wt),
         "torch eager": lambda: F.rms_norm(xt, (HIDDEN,), wt, EPS),
+        "handle launch (CuPy)": lambda: handle.launch(grid=grid[0], block=block[0], args=c_args),
+        "handle empty_like (CuPy)": lambda: handle.empty_like(xc),
+        "torch: view_args": lambda: t_route.view_args(plan, (xt, wt)),
+        "torch: handle empty_like": lambda: t_handle.empty_like(views[0]),
+        "torch: handle launch": lambda: t_handle.launch(grid=grid[0], block=block[0], args=t_args),
+        "torch: user function": lambda: user_fn(t_handle, *t_route.view_args(plan, (xt, wt))),
         "cupy.empty": lambda: cp.empty(shape, dtype),
         "cupy.empty_like": lambda: cp.empty_like(xc, order="C"),
         "cupy.ndarray": lambda: cp.ndarray(shape, dtype),

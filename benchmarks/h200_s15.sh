@@ -6,7 +6,7 @@
 #   landscapes    every feasible configuration of RMSNorm at T=1, 64 x H=4096 and T=16384 x H=8192 fp16;
 #   rms_tune      RMSNorm tuned on its CUDA keys (at most 40 trials or 8 s of search a key), written to the file.
 # Phase b (after the tuned records are merged into example_project/ktune-params.json):
-#   rms_baseline  RMSNorm's CUDA baselines recorded again (its source changed, so its records are stale);
+#   rms_gate      RMSNorm's CUDA items (correctness and the perf gate) against the baselines the tune recorded;
 #   bench         benchmarks/bench_kernels.py for rmsnorm (tuned vs default, torch eager, torch.compile, Liger);
 #   call          benchmarks/production_call.py and call_breakdown.py again, and the call layer's gpu tests.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
@@ -40,9 +40,8 @@ if [ "$phase" = a ]; then
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
 else
-    step rms_baseline 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" \
-        --ktune-update-baseline -k "rmsnorm and not fused and not triton" -q
-    keep
+    step rms_gate 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" -rs \
+        -k "rmsnorm and not fused and not triton" -q
     step bench 130 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
         --targets rmsnorm --budget-s 100 --compile-budget-s 45 --out "$more/bench_kernels-cuda.json"
     step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \

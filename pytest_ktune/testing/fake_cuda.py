@@ -46,9 +46,10 @@ class ndarray:
     __slots__ = ("dtype", "flags", "nbytes", "ptr", "shape", "size", "strides")
     _next = itertools.count()
 
-    def __init__(self, shape: Sequence[int], dtype: Any, strides: Sequence[int] | None = None) -> None:
+    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float64,
+                 strides: Sequence[int] | None = None) -> None:
         self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
         self.size = math.prod(self.shape)
         self.nbytes = self.size * self.dtype.itemsize
         dense = _dense(self.shape, self.dtype.itemsize)

@@ -98,8 +98,9 @@ def test_a_cached_call_on_cupy_arrays_launches_cupys_function_with_the_callers_a
         assert launch.args[3] == 256 and launch.args[4] == np.float32(alpha)
         assert out.shape == (4, 256) and out.dtype == np.float16
     assert module.KEYS[0] == 2  # once per signature: alpha 1.0, alpha 2.0
-    # the call, the function, its launch: no frame of ours between the call and the function or the launch
-    assert _python_calls(lambda: module.scale(x, w)) <= 3
+    # the call, the function, its launch, and the output's allocation (one frame that calls CuPy's array
+    # constructor: cheaper than cupy.empty_like's own Python): no other frame of ours on the way
+    assert _python_calls(lambda: module.scale(x, w)) <= 4
 
 
 def test_a_cached_call_on_torch_tensors_passes_their_pointers_on_torchs_current_stream(
