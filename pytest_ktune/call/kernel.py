@@ -64,6 +64,7 @@ class ProductionKernel(Kernel):
     def launch(self, grid: Dim, block: Dim | None = None, args: Sequence[Any] = (), *, name: str | None = None,
                shared: int | Callable[[Mapping[str, Value]], int] = 0) -> None:
         fn = self._fn if name is None else self.program.function(name)
+        g: Any
         if block is None and self._block is not None and not shared:
             # a Triton launch: the grid as Triton takes it, the block its program's (num_warps)
             g = grid if type(grid) is tuple else (grid,) if type(grid) is int else as_dim(grid)
@@ -71,22 +72,27 @@ class ProductionKernel(Kernel):
                 fn.launch(g, self._block, args)
             else:
                 self._launch(fn, g, self._block, args)
-        elif type(grid) is int and type(block) is int and grid > 0 and block > 0 and not shared:
+        elif (type(block) is int and block > 0 and not shared
+              and ((type(grid) is int and grid > 0) or (type(grid) is tuple and len(grid) == 2 and type(grid[0]) is int
+                                                        and type(grid[1]) is int and grid[0] > 0 and grid[1] > 0))):
+            # A grid of one or two positive ints and a block of threads: as ``launch_shape`` would make them (the
+            # block of the grid's rank), without its checks.
+            g = (grid,) if type(grid) is int else grid
+            b: tuple[int, ...] = (block,) if type(grid) is int else (block, 1)
             if self._native:
                 # A launch like the function's last checked one (``straight``: the same block and argument types,
                 # on the device it was loaded on) calls CuPy's function from here; any other goes to the function.
-                b: tuple[int, ...] = (block,)
                 s = getattr(fn, "straight", None)
                 if s is not None and b == s[0] and tuple(map(type, args)) == s[1] and s[3]() == s[4]:
                     try:
-                        s[2]((grid,), b, args if type(args) is tuple else tuple(args), 0, None)
+                        s[2](g, b, args if type(args) is tuple else tuple(args), 0, None)
                     except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
-                        raise fn._failed((grid,), b, exc) from None  # type: ignore[attr-defined]
+                        raise fn._failed(g, b, exc) from None  # type: ignore[attr-defined]
                 else:
-                    fn.launch((grid,), b, args)
+                    fn.launch(g, b, args)
             else:
-                self._launch(fn, (grid,), (block,), args)
-        else:  # another rank, or dynamic shared memory: checked as the handle of checks does
+                self._launch(fn, g, b, args)
+        else:  # another grid or block, or dynamic shared memory: checked as the handle of checks does
             g, b, nbytes = self.launch_shape(grid, block, shared)
             if nbytes:
                 self.shared_function(fn)

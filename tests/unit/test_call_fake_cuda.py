@@ -283,3 +283,20 @@ def test_the_torch_op_reaches_the_positional_fast_path_even_called_with_a_defaul
     out = op.op(x, w, alpha=1.0)
     assert isinstance(out, torch.Tensor) and out.shape == (4, 256)
     assert _function(module).last.args[1].val == x.data_ptr()
+
+
+def test_a_two_dimensional_grid_launches_straight_and_a_bad_one_is_still_named(tmp_path: Path, fake: Any) -> None:
+    text = MODULE.replace("KEYS = [0]", "KEYS = [0]\nGRID_Y = [2]").replace("grid=rows,", "grid=(rows, GRID_Y[0]),")
+    module = _prod.load(tmp_path, "fake_cuda_grid2", text)
+    (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    module.scale(x, w)
+    fn = _function(module)
+    before = fn.calls
+    module.scale(x, w)
+    assert fn.calls == before + 1 and fn.last.grid == (4, 2) and fn.last.block == (128, 1)
+    assert _python_calls(lambda: module.scale(x, w)) <= 4  # as a 1-D grid's call: the checks are not run again
+    module.GRID_Y[0] = 0
+    with pytest.raises(KtuneError, match=r"grid \(4, 0\) and block \(128, 1\) must be positive"):
+        module.scale(x, w)
