@@ -9,12 +9,17 @@
 #   rms_gate      RMSNorm's CUDA items (correctness and the perf gate) against the baselines the tune recorded;
 #   bench         benchmarks/bench_kernels.py for rmsnorm (tuned vs default, torch eager, torch.compile, Liger);
 #   call          benchmarks/production_call.py and call_breakdown.py again, and the call layer's gpu tests.
+# Phase c (the call's two-dimensional grid on the straight path; where the tuned norms and GLUs still trail):
+#   call          benchmarks/production_call.py and call_breakdown.py;
+#   landscapes    every feasible configuration at the keys where the last benches left a norm or a GLU behind the
+#                 best alternative: RMSNorm T=1024 x H=4096 fp32, fused add + RMSNorm T=4096 x H=8192 bf16 and
+#                 T=16384 x H=4096 fp16, SiLU-and-mul T=16 x I=14336 fp16.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s15.sh a|b}
+phase=${1:?usage: h200_s15.sh a|b|c}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -39,6 +44,18 @@ if [ "$phase" = a ]; then
         --timeout 8 --seed 1 --write file
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+elif [ "$phase" = c ]; then
+    step call 170 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out $more"
+    mkdir -p "$more/landscapes"
+    for key in "rmsnorm T=1024 H=4096 dtype=float32" "fused_add_rmsnorm T=4096 H=8192 dtype=bfloat16" \
+               "fused_add_rmsnorm T=16384 H=4096 dtype=float16" "silu_and_mul T=16 I=14336 dtype=float16"; do
+        set -- $key
+        name=$1-${2#T=}-${3#*=}-${4#dtype=}
+        timeout -s INT 80 python3 -m pytest_ktune.cli record "$1" --root "$ek" --backend cuda --key "$2" --key "$3" \
+            --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
+        tail -n 1 "$more/landscapes/$name.log"
+    done
 else
     step rms_gate 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" -rs \
         -k "rmsnorm and not fused and not triton" -q
