@@ -51,7 +51,7 @@ elif [ "$phase" = c ]; then
     for key in "rmsnorm T=1024 H=4096 dtype=float32" "fused_add_rmsnorm T=4096 H=8192 dtype=bfloat16" \
                "fused_add_rmsnorm T=16384 H=4096 dtype=float16" "silu_and_mul T=16 I=14336 dtype=float16"; do
         set -- $key
-        name=$1-${2#T=}-${3#*=}-${4#dtype=}
+        name="$1-${2/=/}-${3/=/}-${4#dtype=}"
         timeout -s INT 80 python3 -m pytest_ktune.cli record "$1" --root "$ek" --backend cuda --key "$2" --key "$3" \
             --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
         tail -n 1 "$more/landscapes/$name.log"
