@@ -14,12 +14,16 @@
 #   landscapes    every feasible configuration at the keys where the last benches left a norm or a GLU behind the
 #                 best alternative: RMSNorm T=1024 x H=4096 fp32, fused add + RMSNorm T=4096 x H=8192 bf16 and
 #                 T=16384 x H=4096 fp16, SiLU-and-mul T=16 x I=14336 fp16.
+# Phase d (the landscapes of phase c put SiLU-and-mul's T=16 optimum at 2.10 µs, below torch.compile's 2.23, where
+# the record of a shorter tune is 2.47):
+#   glu_tune      SiLU- and GELU(tanh)-and-mul tuned again on their CUDA keys, 60 trials or 10 s a key;
+#   bench         benchmarks/bench_kernels.py for both (tuned vs default, torch eager, torch.compile, Liger).
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s15.sh a|b|c}
+phase=${1:?usage: h200_s15.sh a|b|c|d}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -56,6 +60,15 @@ elif [ "$phase" = c ]; then
             --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
         tail -n 1 "$more/landscapes/$name.log"
     done
+elif [ "$phase" = d ]; then
+    step glu_tune 200 bash -c "python3 -m pytest_ktune.cli tune silu_and_mul --root $ek --backend cuda --trials 60 \
+        --timeout 10 --seed 2 --write file; python3 -m pytest_ktune.cli tune gelu_tanh_and_mul --root $ek \
+        --backend cuda --trials 60 --timeout 10 --seed 2 --write file"
+    keep
+    step bench 160 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets silu_and_mul,gelu_tanh_and_mul --budget-s 130 --compile-budget-s 60 \
+        --out "$more/bench_kernels-cuda.json"
+    cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
 else
     step rms_gate 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" -rs \
         -k "rmsnorm and not fused and not triton" -q
