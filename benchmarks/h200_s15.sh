@@ -17,7 +17,9 @@
 # Phase d (the landscapes of phase c put SiLU-and-mul's T=16 optimum at 2.10 µs, below torch.compile's 2.23, where
 # the record of a shorter tune is 2.47):
 #   glu_tune      SiLU- and GELU(tanh)-and-mul tuned again on their CUDA keys, 60 trials or 10 s a key;
-#   bench         benchmarks/bench_kernels.py for both (tuned vs default, torch eager, torch.compile, Liger).
+#   bench         benchmarks/bench_kernels.py for both (tuned vs default, torch eager, torch.compile, Liger);
+#   call          the call again (Python scalars converted once a value on the straight path, RMSNorm's example
+#                 passing them), without the compiled module.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
@@ -69,6 +71,8 @@ elif [ "$phase" = d ]; then
         --targets silu_and_mul,gelu_tanh_and_mul --budget-s 130 --compile-budget-s 60 \
         --out "$more/bench_kernels-cuda.json"
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+    step call 100 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --no-compile --out $more; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --out $more"
 else
     step rms_gate 60 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" -rs \
         -k "rmsnorm and not fused and not triton" -q

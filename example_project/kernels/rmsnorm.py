@@ -70,5 +70,5 @@ def rmsnorm(kernel: ktune.Kernel, x: Any, w: Any, eps: float = 1e-6) -> Any:
     tokens, hidden = x.shape
     out = kernel.empty_like(x)
     kernel.launch(grid=ktune.cdiv(tokens, kernel["ROWS"]), block=kernel["BLOCK"],
-                  args=[out, x, w, np.int32(hidden), np.float32(eps), np.int32(tokens)])
+                  args=[out, x, w, hidden, eps, tokens])  # Python scalars: int as int32, float as float32
     return out

@@ -12,6 +12,7 @@ from pytest_ktune.backends.base import Constant, Resources, scalar_arg
 from pytest_ktune.core.errors import LaunchError, LimitError
 
 _STATIC_SHARED_LIMIT = 48 << 10  # what a block may use without opting in to more
+_SEEN = 256  # converted values kept a place (past it the place starts again): a loop's few sizes and constants
 
 
 def _direct_function(kernel: Any) -> Any:
@@ -39,11 +40,13 @@ class CudaFunction:
     _direct: Any = None
     _direct_device: int = -1
     _device_now: Any = None  # CuPy's runtime.getDevice
-    _convert: tuple[tuple[int, type], ...] = ()  # where the last checked launch had Python scalars, and to what
+    # Where the last checked launch had Python scalars, to what they convert, and the values converted there.
+    _convert: tuple[tuple[int, type, dict[Any, Any]], ...] = ()
     # What a caller may launch with itself, in its own frame (``call.kernel``, ``call.torchio``): the last checked
-    # launch's block and argument types, CuPy's function, runtime.getDevice and the device it was loaded on.
-    # None until a checked launch that converts nothing (no Python scalars, no constants) has found the function.
-    straight: tuple[tuple[int, ...], tuple[type, ...], Any, Any, int] | None = None
+    # launch's block and argument types, CuPy's function, runtime.getDevice, the device it was loaded on, and
+    # ``convert`` where that launch had Python scalars (None where it had none). None until a checked launch
+    # without constants has found the function.
+    straight: tuple[tuple[int, ...], tuple[type, ...], Any, Any, int, Any] | None = None
 
     def _check_block(self, grid: tuple[int, ...], block: tuple[int, ...]) -> None:
         threads = block[0] if len(block) == 1 else math.prod(block)
@@ -71,15 +74,33 @@ class CudaFunction:
             # (left out) is checked every time.
             plain = len(kargs) == len(args)
             self._block, self._types = block, (tuple(map(type, args)) if plain else None)
-            self._convert = tuple((i, type(k)) for i, (k, a) in enumerate(zip(kargs, args, strict=True))
+            self._convert = tuple((i, type(k), {}) for i, (k, a) in enumerate(zip(kargs, args, strict=True))
                                   if k is not a) if plain else ()
             if self._direct is None and (direct := _direct_function(self.kernel)) is not None:
                 self._device_now = self.backend.cp.cuda.runtime.getDevice
                 self._direct_device = int(self._device_now())
                 self._direct = direct
-            self.straight = None if self._direct is None or self._convert or self._types is None else (
-                block, self._types, self._direct, self._device_now, self._direct_device)
+            self.straight = None if self._direct is None or self._types is None else (
+                block, self._types, self._direct, self._device_now, self._direct_device,
+                self.convert if self._convert else None)
         return kargs
+
+    def convert(self, args: Sequence[Any]) -> tuple[Any, ...]:
+        """``args`` (of the last checked launch's types) with their Python scalars converted as that launch's
+        were (int and bool to int32, float to float32), each value once a place: a later launch with the same
+        value takes the numpy scalar made for it. Zero is converted every time (``-0.0 == 0.0``)."""
+        out = list(args)
+        for i, to, seen in self._convert:
+            v = out[i]
+            c = seen.get(v) if v else None
+            if c is None:
+                c = to(v)
+                if v:
+                    if len(seen) >= _SEEN:
+                        seen.clear()
+                    seen[v] = c
+            out[i] = c
+        return tuple(out)
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: Sequence[Any], shared: int = 0,
                stream: Any = None) -> None:
@@ -87,14 +108,7 @@ class CudaFunction:
         (the same block, arguments of the same types) goes straight to CuPy's function where the device is the
         one it was loaded on."""
         if not shared and block == self._block and tuple(map(type, args)) == self._types:
-            kargs: tuple[Any, ...]
-            if self._convert:
-                converted = list(args)
-                for i, to in self._convert:
-                    converted[i] = to(converted[i])
-                kargs = tuple(converted)
-            else:
-                kargs = args if type(args) is tuple else tuple(args)
+            kargs = self.convert(args) if self._convert else args if type(args) is tuple else tuple(args)
             direct = self._direct
             if direct is not None and self._device_now() == self._direct_device:
                 try:

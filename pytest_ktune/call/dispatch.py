@@ -37,7 +37,8 @@ class Uncacheable(Exception):
     """A call whose signature cannot be a dictionary key (an argument of a type the cache does not read)."""
 
 
-def _value(v: Any) -> Any:
+def value(v: Any) -> Any:
+    """What the signature reads of a scalar: the value itself (the call's fast path appends it in place)."""
     return v
 
 
@@ -47,7 +48,7 @@ def _refuse(v: Any) -> Any:
 
 # What the signature reads of an argument, by its type: arrays' layouts, scalars' values; found once per type.
 READERS: dict[type, Callable[[Any], Any]] = {
-    int: _value, float: _value, bool: _value, str: _value, type(None): _value,
+    int: value, float: value, bool: value, str: value, type(None): value,
 }
 
 
@@ -72,7 +73,7 @@ def reader(t: type) -> Callable[[Any], Any]:
     elif mod.startswith("cupy"):
         found = attrgetter("dtype", "shape", "strides")
     elif issubclass(t, np.generic):
-        found = _value
+        found = value
     else:  # a host array, a tuple, an object: nothing the cache can compare cheaply
         found = _refuse
     READERS[t] = found

@@ -81,11 +81,13 @@ class ProductionKernel(Kernel):
             b: tuple[int, ...] = (block,) if type(grid) is int else (block, 1)
             if self._native:
                 # A launch like the function's last checked one (``straight``: the same block and argument types,
-                # on the device it was loaded on) calls CuPy's function from here; any other goes to the function.
+                # on the device it was loaded on) calls CuPy's function from here, its Python scalars converted by
+                # the function (``convert``: a lookup each, where it has any); any other goes to the function.
                 s = getattr(fn, "straight", None)
                 if s is not None and b == s[0] and tuple(map(type, args)) == s[1] and s[3]() == s[4]:
                     try:
-                        s[2](g, b, args if type(args) is tuple else tuple(args), 0, None)
+                        s[2](g, b, (args if type(args) is tuple else tuple(args)) if s[5] is None else s[5](args), 0,
+                             None)
                     except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
                         raise fn._failed(g, b, exc) from None  # type: ignore[attr-defined]
                 else:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pytest_ktune.call.binding import Binder, Caller, array_arguments
-from pytest_ktune.call.dispatch import LIMIT, READERS, TENSORS, Signature, Uncacheable, checking, read_by, reader
+from pytest_ktune.call.dispatch import LIMIT, READERS, TENSORS, Signature, Uncacheable, checking, read_by, reader, value
 from pytest_ktune.call.kernel import Entry, ProductionKernel
 from pytest_ktune.call.native import route_for, router
 from pytest_ktune.call.route import Route
@@ -248,7 +248,7 @@ def call(target: Target, /, *args: Any, **kwargs: Any) -> Any:
                     parts.append((v.dtype, v.shape, v.device, v.is_contiguous()))
                     continue
                 read = reader(t)
-            parts.append(read(v))
+            parts.append(v if read is value else read(v))  # a scalar as it is, without the reader's frame
         sig = tuple(parts)
         entry = plan._dispatch.get(sig)
     except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all

@@ -266,7 +266,7 @@ class TorchCudaRoute:
         if (not shared and straight is not None and block == straight[0]
                 and tuple(map(type, pointers)) == straight[1] and straight[3]() == straight[4]):
             try:
-                straight[2](grid, block, pointers, 0, on)
+                straight[2](grid, block, pointers if straight[5] is None else straight[5](pointers), 0, on)
             except Exception as exc:  # CuPy raises CUDADriverError or TypeError for bad launches
                 raise fn._failed(grid, block, exc) from None  # type: ignore[attr-defined]
             return

@@ -300,3 +300,27 @@ def test_a_two_dimensional_grid_launches_straight_and_a_bad_one_is_still_named(t
     module.GRID_Y[0] = 0
     with pytest.raises(KtuneError, match=r"grid \(4, 0\) and block \(128, 1\) must be positive"):
         module.scale(x, w)
+
+
+def test_python_scalars_are_converted_once_a_value_on_the_straight_path(tmp_path: Path, fake: Any) -> None:
+    text = MODULE.replace("np.int32(n), np.float32(alpha)", "n, alpha")
+    module = _prod.load(tmp_path, "fake_cuda_scalars", text)
+    (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    module.scale(x, w)
+    fn = _function(module)
+    for alpha in (1.5, 2.5, 1.5, -0.0, 0.0):
+        module.scale(x, w, alpha)
+        n, a = fn.last.args[3:]
+        assert type(n) is np.int32 and n == 256
+        assert type(a) is np.float32 and a == np.float32(alpha) and np.signbit(a) == np.signbit(alpha)
+    first = fn.last.args[3]
+    module.scale(x, w, 1.5)
+    assert fn.last.args[3] is first  # the conversion of 256 made once, taken again
+    assert _python_calls(lambda: module.scale(x, w, 1.5)) <= 5  # the 1-D call's frames and the conversion's
+    (entry,) = {id(e): e for e in module.scale._plan._dispatch.values() if e.key["alpha"] == 1.0}.values()
+    cuda_fn = entry.kernel._fn
+    for i in range(300):  # many values at one place: the values kept there stay few
+        cuda_fn.convert([None, None, None, i + 1, float(i + 1)])
+    assert all(len(seen) <= 256 for _, _, seen in cuda_fn._convert)
