@@ -10,11 +10,15 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
   small grid (the whole grid for up to three parameters, coordinate-wise above that);
 * expected improvement over the best timing so far, for the configurations not yet tried (timed,
   failed, queued, or being timed by another process), so no configuration is proposed twice;
-* only those nearest the best timed so far compete: one step from it (a step is a move to the
-  next value, in order, of one parameter, or to another value of a categorical one), then two steps
-  once all at one step were tried, and so on. A model fitted to a handful of timings is at its most
-  reliable next to them; left to the whole space, it sends the early trials to the corners its
-  uncertainty is largest in. A better timing moves the centre, and the search narrows again.
+* only those near the best timed so far compete: up to ``RINGS`` steps from it (a step is a move
+  to the next value, in order, of one parameter, or to another value of a categorical one), then
+  up to ``RINGS + 1`` once all those were tried, and so on. A model fitted to a handful of timings
+  is at its most reliable next to them; left to the whole space, it sends the early trials to the
+  corners its uncertainty is largest in. Two steps, not one: a move of two parameters at once is
+  the least that crosses an interaction of two (shared memory that pays only with another tile, a
+  wider vector that pays only with fewer threads), which one step at a time cannot see from the
+  centre when each single move alone is slower. A better timing moves the centre, and the search
+  narrows again.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
 steers the search away from where compiles or launches fail; one being timed counts as what the
@@ -45,6 +49,9 @@ NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) varia
 
 
 REFIT_GROWTH = 1.25  # the length scales are chosen again once the timings have grown by a quarter
+
+
+RINGS = 2  # the rings of steps around the best so far whose configurations compete (see the module docstring)
 
 
 FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
@@ -311,7 +318,7 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
         drawn: Mapping[str, Value] = at.feasible[rng.choice(rows.tolist())]
         return drawn
     dist = at.steps_from(model.centre, rows)
-    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist == dist.min()].tolist()]
+    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist < dist.min() + RINGS].tolist()]
     return near[int(np.argmax(model.ei(near)))]
 
 
