@@ -54,6 +54,12 @@ REFIT_GROWTH = 1.25  # the length scales are chosen again once the timings have 
 RINGS = 2  # the rings of steps around the best so far whose configurations compete (see the module docstring)
 
 
+# The portfolio's model arm (``tuner.portfolio``, a space of more than ``SCORED``) keeps to the nearest
+# ring: there its evolve and explore arms make the moves of several parameters, and two steps in eight
+# or ten parameters are hundreds of candidates, which would make the local arm a second global one.
+PORTFOLIO_RINGS = 1
+
+
 FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
 
 
@@ -299,8 +305,11 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
             params: Mapping[str, Sequence[Value]], rng: random.Random,
             positions: Positions | None = None, memo: dict[str, Any] | None = None,
-            key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
-    """The untried feasible configuration of highest expected improvement; None when all were tried.
+            key: Callable[[Mapping[str, Value]], str] = config_key,
+            rings: int = RINGS) -> Mapping[str, Value] | None:
+    """The untried feasible configuration of highest expected improvement in the ``rings`` nearest
+    rings of untried ones around the best so far (a ring: those as many steps from it); None when all
+    were tried.
 
     ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
     failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
@@ -318,7 +327,7 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
         drawn: Mapping[str, Value] = at.feasible[rng.choice(rows.tolist())]
         return drawn
     dist = at.steps_from(model.centre, rows)
-    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist < dist.min() + RINGS].tolist()]
+    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist < dist.min() + rings].tolist()]
     return near[int(np.argmax(model.ei(near)))]
 
 
@@ -402,9 +411,12 @@ class BoSampler(optuna.samplers.BaseSampler):
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)
-        def model() -> Mapping[str, Value] | None:
+        def model(rings: int = RINGS) -> Mapping[str, Value] | None:
             return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
-                           positions=self.positions, memo=self.memo, key=self.key)
+                           positions=self.positions, memo=self.memo, key=self.key, rings=rings)
+
+        def local() -> Mapping[str, Value] | None:
+            return model(PORTFOLIO_RINGS)
 
         def score(configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
             fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
@@ -418,7 +430,7 @@ class BoSampler(optuna.samplers.BaseSampler):
         if self.positions is not None and knows_nothing(labels) and len(self.feasible) > SCORED:
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
-            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=local, score=score, key=self.key)
         else:
             pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))
