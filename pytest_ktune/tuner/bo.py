@@ -214,10 +214,24 @@ class Inputs:
                 order.append(len(self.names) + extra.index(p))
         self.columns = order
 
+        # Each configuration's row, kept for the object it was made for (a sampler encodes the same
+        # feasible configurations, and the same timed ones, at every proposal); the object is kept with
+        # its row, so that its id cannot be another's while the row is kept.
+        self._rows: dict[int, tuple[Mapping[str, Value], np.ndarray]] = {}
+
+    def _row(self, config: Mapping[str, Value]) -> np.ndarray:
+        hit = self._rows.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        row = np.asarray([x for name, where in zip(self.names, self._where, strict=True) for x in where[config[name]]],
+                         float)
+        self._rows[id(config)] = (config, row)
+        return row
+
     def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
-        rows = [[x for name, where in zip(self.names, self._where, strict=True) for x in where[c[name]]]
-                for c in configs]
-        return np.asarray(rows, float).reshape(len(configs), len(self.columns))
+        if not configs:
+            return np.zeros((0, len(self.columns)))
+        return np.stack([self._row(c) for c in configs]).reshape(len(configs), len(self.columns))
 
 
 class Positions:
@@ -280,7 +294,13 @@ def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[
         return None
     worst = max(y for _, y in seen.values())
     points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
-    encode = Inputs(params)
+    held = memo.get("inputs") if memo is not None else None
+    if isinstance(held, tuple) and held[0] is params:  # one encoder per study: its rows are kept (``Inputs``)
+        encode: Inputs = held[1]
+    else:
+        encode = Inputs(params)
+        if memo is not None:
+            memo["inputs"] = (params, encode)
     kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
                          scales=kept)

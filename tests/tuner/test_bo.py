@@ -256,3 +256,27 @@ def test_inside_an_optuna_study_warm_starts_keep_their_parameters_and_the_rest_a
 
 def test_the_tuner_knows_the_sampler_by_name() -> None:
     assert type(make_sampler("bo", 0, Encoding(TOY), list(TOY.space.feasible({"N": 64})))).__name__ == "BoSampler"
+
+
+def test_the_inputs_of_a_configuration_are_kept_for_that_object_and_equal_a_fresh_encoding() -> None:
+    enc = Inputs(PARAMS)
+    first = enc(GRID)
+    assert np.array_equal(enc(GRID), first)  # the kept rows
+    assert np.array_equal(Inputs(PARAMS)(GRID), first)
+    other = dict(GRID[0], BLOCK=1024)  # another object: its own row, not GRID[0]'s
+    assert np.array_equal(enc([other]), Inputs(PARAMS)([other]))
+    assert not np.array_equal(enc([other]), first[:1])
+    assert enc([]).shape == (0, len(enc.columns))
+
+
+def test_a_study_keeps_one_encoder_and_proposes_as_without_it() -> None:
+    memo: dict[str, Any] = {}
+    timed: list[tuple[Mapping[str, Value], float]] = [(c, bowl(c)) for c in GRID[::7]]
+    with_memo = [propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(s), memo=memo)
+                 for s in range(3)]
+    held = memo["inputs"]
+    assert held[0] is PARAMS and isinstance(held[1], Inputs)
+    propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(0), memo=memo)
+    assert memo["inputs"][1] is held[1]  # the same encoder, not a new one each proposal
+    assert with_memo == [propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(s))
+                         for s in range(3)]
