@@ -10,11 +10,15 @@ continuous relaxation. The model is a Gaussian process on the log of the timings
   small grid (the whole grid for up to three parameters, coordinate-wise above that);
 * expected improvement over the best timing so far, for the configurations not yet tried (timed,
   failed, queued, or being timed by another process), so no configuration is proposed twice;
-* only those nearest the best timed so far compete: one step from it (a step is a move to the
-  next value, in order, of one parameter, or to another value of a categorical one), then two steps
-  once all at one step were tried, and so on. A model fitted to a handful of timings is at its most
-  reliable next to them; left to the whole space, it sends the early trials to the corners its
-  uncertainty is largest in. A better timing moves the centre, and the search narrows again.
+* only those near the best timed so far compete: up to ``RINGS`` steps from it (a step is a move
+  to the next value, in order, of one parameter, or to another value of a categorical one), then
+  up to ``RINGS + 1`` once all those were tried, and so on. A model fitted to a handful of timings
+  is at its most reliable next to them; left to the whole space, it sends the early trials to the
+  corners its uncertainty is largest in. Two steps, not one: a move of two parameters at once is
+  the least that crosses an interaction of two (shared memory that pays only with another tile, a
+  wider vector that pays only with fewer threads), which one step at a time cannot see from the
+  centre when each single move alone is slower. A better timing moves the centre, and the search
+  narrows again.
 
 A configuration that failed on the device counts as a point as slow as the slowest seen, which
 steers the search away from where compiles or launches fail; one being timed counts as what the
@@ -45,6 +49,15 @@ NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) varia
 
 
 REFIT_GROWTH = 1.25  # the length scales are chosen again once the timings have grown by a quarter
+
+
+RINGS = 2  # the rings of steps around the best so far whose configurations compete (see the module docstring)
+
+
+# The portfolio's model arm (``tuner.portfolio``, a space of more than ``SCORED``) keeps to the nearest
+# ring: there its evolve and explore arms make the moves of several parameters, and two steps in eight
+# or ten parameters are hundreds of candidates, which would make the local arm a second global one.
+PORTFOLIO_RINGS = 1
 
 
 FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one parameter at a time
@@ -201,10 +214,24 @@ class Inputs:
                 order.append(len(self.names) + extra.index(p))
         self.columns = order
 
+        # Each configuration's row, kept for the object it was made for (a sampler encodes the same
+        # feasible configurations, and the same timed ones, at every proposal); the object is kept with
+        # its row, so that its id cannot be another's while the row is kept.
+        self._rows: dict[int, tuple[Mapping[str, Value], np.ndarray]] = {}
+
+    def _row(self, config: Mapping[str, Value]) -> np.ndarray:
+        hit = self._rows.get(id(config))
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        row = np.asarray([x for name, where in zip(self.names, self._where, strict=True) for x in where[config[name]]],
+                         float)
+        self._rows[id(config)] = (config, row)
+        return row
+
     def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
-        rows = [[x for name, where in zip(self.names, self._where, strict=True) for x in where[c[name]]]
-                for c in configs]
-        return np.asarray(rows, float).reshape(len(configs), len(self.columns))
+        if not configs:
+            return np.zeros((0, len(self.columns)))
+        return np.stack([self._row(c) for c in configs]).reshape(len(configs), len(self.columns))
 
 
 class Positions:
@@ -267,7 +294,13 @@ def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[
         return None
     worst = max(y for _, y in seen.values())
     points = list(seen.values()) + [(c, worst) for c in failed if key(c) not in seen]
-    encode = Inputs(params)
+    held = memo.get("inputs") if memo is not None else None
+    if isinstance(held, tuple) and held[0] is params:  # one encoder per study: its rows are kept (``Inputs``)
+        encode: Inputs = held[1]
+    else:
+        encode = Inputs(params)
+        if memo is not None:
+            memo["inputs"] = (params, encode)
     kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
     gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
                          scales=kept)
@@ -292,8 +325,11 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
             failed: Sequence[Mapping[str, Value]], busy: Sequence[Mapping[str, Value]],
             params: Mapping[str, Sequence[Value]], rng: random.Random,
             positions: Positions | None = None, memo: dict[str, Any] | None = None,
-            key: Callable[[Mapping[str, Value]], str] = config_key) -> Mapping[str, Value] | None:
-    """The untried feasible configuration of highest expected improvement; None when all were tried.
+            key: Callable[[Mapping[str, Value]], str] = config_key,
+            rings: int = RINGS) -> Mapping[str, Value] | None:
+    """The untried feasible configuration of highest expected improvement in the ``rings`` nearest
+    rings of untried ones around the best so far (a ring: those as many steps from it); None when all
+    were tried.
 
     ``timed``: (configuration, time in any one unit) of each timed one; ``failed``: those that
     failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
@@ -311,7 +347,7 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
         drawn: Mapping[str, Value] = at.feasible[rng.choice(rows.tolist())]
         return drawn
     dist = at.steps_from(model.centre, rows)
-    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist == dist.min()].tolist()]
+    near: list[Mapping[str, Value]] = [at.feasible[r] for r in rows[dist < dist.min() + rings].tolist()]
     return near[int(np.argmax(model.ei(near)))]
 
 
@@ -395,9 +431,12 @@ class BoSampler(optuna.samplers.BaseSampler):
                 busy.append(cfg)
             elif t.state == TrialState.FAIL and ("failed" in t.user_attrs or "infeasible" in t.user_attrs):
                 failed.append(cfg)
-        def model() -> Mapping[str, Value] | None:
+        def model(rings: int = RINGS) -> Mapping[str, Value] | None:
             return propose(self.feasible, timed, failed=failed, busy=busy, params=self.params, rng=self.rng,
-                           positions=self.positions, memo=self.memo, key=self.key)
+                           positions=self.positions, memo=self.memo, key=self.key, rings=rings)
+
+        def local() -> Mapping[str, Value] | None:
+            return model(PORTFOLIO_RINGS)
 
         def score(configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
             fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
@@ -411,7 +450,7 @@ class BoSampler(optuna.samplers.BaseSampler):
         if self.positions is not None and knows_nothing(labels) and len(self.feasible) > SCORED:
             if self.portfolio is None:
                 self.portfolio = Portfolio(self.positions, self.rng)
-            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=model, score=score, key=self.key)
+            pick = self.portfolio.propose(timed, failed=failed, busy=busy, model=local, score=score, key=self.key)
         else:
             pick = model()
         return {} if pick is None else dict(self.encoding.encode(pick))

@@ -8,9 +8,12 @@ started from nothing it centres on whatever came first and stays in that basin. 
 runs a portfolio instead, over the feasible configurations only (a proposal is always one of them,
 never one tried before):
 
-* **a space-filling start**: ``d + 1`` configurations for ``d`` parameters (the fewest that show a
-  trend along each), each the untried one farthest from all tried so far (every untried one is
-  measured: the start is a handful of points, so this costs little even on ten thousand);
+* **a space-filling start**: ``start_size(d)`` configurations for ``d`` parameters, half of
+  ``d + 1`` (at least two), each the untried one farthest from all tried so far (every untried one
+  is measured: the start is a handful of points, so this costs little even on ten thousand). Not
+  the ``d + 1`` that show a trend along each parameter: the farthest points are the space's
+  corners, where a kernel is seldom fast, and the model, fitted to half as many, already steers
+  by the parameters that matter (the tuner's batch of four asks this many before any is timed);
 * then, trial by trial, one of three sub-strategies, drawn by Thompson sampling on how often each
   one's proposals improved on the best so far (a Beta(1 + improvements, 1 + the rest) draw each):
   ``model`` (``bo``'s own proposal: expected improvement next to the best), ``evolve`` (a genetic
@@ -64,6 +67,12 @@ Model = Callable[[], Mapping[str, Value] | None]  # the model's proposal (``bo.p
 Score = Callable[[Sequence[Mapping[str, Value]]], np.ndarray]  # the model's expected improvement of each
 
 
+def start_size(dims: int) -> int:
+    """The configurations of the space-filling start for ``dims`` parameters that can change (the
+    module docstring says why half of ``dims + 1``)."""
+    return max(2, (dims + 1) // 2)
+
+
 @dataclass
 class Portfolio:
     """The portfolio's memory across the proposals of one study: who proposed what, and how it went."""
@@ -81,7 +90,7 @@ class Portfolio:
         self.span = span
         self.unit = at.pos / span  # each parameter's position among its values, in [0, 1]
         self.dims = max(1, sum(len(ix) > 1 for ix in at.index))  # the parameters that can change
-        self.start = min(self.dims + 1, len(at.feasible))
+        self.start = min(start_size(self.dims), len(at.feasible))
         self.population = max(2, round(math.log(max(len(at.feasible), 2))))
 
     # -- the arms ----------------------------------------------------------------------------------

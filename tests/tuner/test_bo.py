@@ -129,17 +129,44 @@ def test_steps_count_moves_along_each_parameters_listed_values() -> None:
                                 {"BLOCK": 32, "VEC": 1, "ITEMS": 2}))
 
 
-def test_it_proposes_next_to_the_best_so_far_and_widens_when_that_is_used_up() -> None:
+@pytest.mark.parametrize("rings", [1, 2])
+def test_it_proposes_next_to_the_best_so_far_and_widens_when_that_is_used_up(rings: int) -> None:
     best = {"BLOCK": 256, "VEC": 2, "ITEMS": 1}
     timed: list[tuple[Mapping[str, Value], float]] = [(GRID[0], bowl(GRID[0])), (best, bowl(best))]
     rng = random.Random(0)
-    ring = [c for c in GRID if steps(c, best, PARAMS) == 1]
-    for _ in ring:  # the best stays best only if its neighbours are slower: make them so
-        pick = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=rng)
-        assert pick is not None and steps(pick, best, PARAMS) == 1
+
+    def untried_ring() -> int:  # the steps to the nearest untried configuration
+        tried = {config_key(c) for c, _ in timed}
+        return min(steps(c, best, PARAMS) for c in GRID if config_key(c) not in tried)
+
+    while untried_ring() == 1:  # the best stays best only if its neighbours are slower: make them so
+        pick = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=rng, rings=rings)
+        assert pick is not None and 1 <= steps(pick, best, PARAMS) <= rings  # in the ``rings`` nearest rings
         timed.append((dict(pick), 1.0))
-    pick = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=rng)
-    assert pick is not None and steps(pick, best, PARAMS) == 2
+    ring = untried_ring()
+    assert ring == 2
+    pick = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=rng, rings=rings)
+    assert pick is not None and ring <= steps(pick, best, PARAMS) < ring + rings  # widened
+
+
+def test_two_rings_let_the_model_cross_an_interaction_of_two_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the model expects most two steps away (a wider vector that pays only with fewer items),
+    the default's two rings reach it while one-step moves are still untried; one ring cannot."""
+    from pytest_ktune.tuner import bo
+
+    assert bo.RINGS == 2
+    best = {"BLOCK": 256, "VEC": 2, "ITEMS": 2}
+    target = {"BLOCK": 256, "VEC": 4, "ITEMS": 1}  # two steps from the best
+    timed: list[tuple[Mapping[str, Value], float]] = [(GRID[0], 2.0), (best, 1.0)]
+
+    def ei(self: Any, configs: Any) -> np.ndarray:
+        return np.asarray([1.0 if c == target else 0.5 if steps(c, best, PARAMS) == 1 else 0.0 for c in configs])
+
+    monkeypatch.setattr(bo.Fitted, "ei", ei)
+    two = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(0))
+    assert two == target
+    one = propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(0), rings=1)
+    assert one is not None and steps(one, best, PARAMS) == 1
 
 
 def test_categorical_parameters_are_one_hot() -> None:
@@ -229,3 +256,27 @@ def test_inside_an_optuna_study_warm_starts_keep_their_parameters_and_the_rest_a
 
 def test_the_tuner_knows_the_sampler_by_name() -> None:
     assert type(make_sampler("bo", 0, Encoding(TOY), list(TOY.space.feasible({"N": 64})))).__name__ == "BoSampler"
+
+
+def test_the_inputs_of_a_configuration_are_kept_for_that_object_and_equal_a_fresh_encoding() -> None:
+    enc = Inputs(PARAMS)
+    first = enc(GRID)
+    assert np.array_equal(enc(GRID), first)  # the kept rows
+    assert np.array_equal(Inputs(PARAMS)(GRID), first)
+    other = dict(GRID[0], BLOCK=1024)  # another object: its own row, not GRID[0]'s
+    assert np.array_equal(enc([other]), Inputs(PARAMS)([other]))
+    assert not np.array_equal(enc([other]), first[:1])
+    assert enc([]).shape == (0, len(enc.columns))
+
+
+def test_a_study_keeps_one_encoder_and_proposes_as_without_it() -> None:
+    memo: dict[str, Any] = {}
+    timed: list[tuple[Mapping[str, Value], float]] = [(c, bowl(c)) for c in GRID[::7]]
+    with_memo = [propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(s), memo=memo)
+                 for s in range(3)]
+    held = memo["inputs"]
+    assert held[0] is PARAMS and isinstance(held[1], Inputs)
+    propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(0), memo=memo)
+    assert memo["inputs"][1] is held[1]  # the same encoder, not a new one each proposal
+    assert with_memo == [propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(s))
+                         for s in range(3)]

@@ -20,7 +20,7 @@ from pytest_ktune.core.space import Value, config_key
 from pytest_ktune.lab.benchsearch import problems_for
 from pytest_ktune.lab.replay import replay_tune
 from pytest_ktune.tuner.bo import Positions, propose
-from pytest_ktune.tuner.portfolio import ARMS, Portfolio, knows_nothing
+from pytest_ktune.tuner.portfolio import ARMS, Portfolio, knows_nothing, start_size
 
 PARAMS: dict[str, list[Value]] = {"BX": [8, 16, 32, 64, 128], "BY": [1, 2, 4, 8], "TILE": [1, 2, 3, 4],
                                   "SHMEM": ["no", "yes"]}
@@ -78,12 +78,17 @@ def test_every_proposal_is_feasible_and_new_until_the_space_is_used_up() -> None
     assert len({config_key(c) for c in order}) == len(order) == len(FEASIBLE)  # each once, then None
 
 
-def test_it_starts_with_one_more_configuration_than_there_are_parameters_spread_apart() -> None:
+def test_the_start_is_half_of_one_more_configuration_than_there_are_parameters_at_least_two() -> None:
+    assert [start_size(d) for d in (1, 2, 3, 4, 7, 8, 10)] == [2, 2, 2, 2, 4, 4, 5]
     at = Positions(FEASIBLE, PARAMS)
     pf = Portfolio(at, random.Random(0))
-    assert pf.start == len(PARAMS) + 1
-    start = run(0, pf.start)
-    assert len({c["BX"] for c in start}) >= 3  # spread over the space, not clustered
+    assert pf.start == start_size(len(PARAMS)) == 2
+    first, second = run(0, pf.start)
+    rows = np.asarray([at.row_of[config_key(second)]])
+    untried = at.untried({config_key(first)})
+    # the second is the untried configuration farthest from the first, not one next to it
+    gap = pf._distance(untried, pf.unit[at.row_of[config_key(first)]])
+    assert pf._distance(rows, pf.unit[at.row_of[config_key(first)]])[0] == gap.max()
 
 
 def test_the_start_takes_the_untried_point_farthest_from_those_tried() -> None:
@@ -168,3 +173,24 @@ def test_through_the_tuner_it_spends_its_whole_budget_on_distinct_feasible_confi
     assert len(trace) == budget and len({config_key(c) for c in trace}) == budget
     assert all(allowed(c) for c in trace)
     assert trace == [c for c, _ in again.trace]  # a seed repeats itself through the whole tuner
+
+
+def test_its_model_arm_keeps_to_the_nearest_ring_where_bo_alone_takes_two(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ktune.tuner import bo
+
+    rings: list[int] = []
+    real = bo.propose
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        rings.append(kwargs["rings"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bo, "propose", counted)
+    (problem,) = problems_for(tmp_path, [_cache(tmp_path)])
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=16, seed=0)
+    assert rings and set(rings) == {bo.RINGS} == {2}  # a small space: bo's own search, two rings
+    rings.clear()
+    monkeypatch.setattr(bo, "SCORED", 0)  # the toy space counts as a large one: the portfolio's
+    replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=40, seed=0)
+    assert rings and set(rings) == {bo.PORTFOLIO_RINGS} == {1}
