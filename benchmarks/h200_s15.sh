@@ -20,12 +20,13 @@
 #   bench         benchmarks/bench_kernels.py for both (tuned vs default, torch eager, torch.compile, Liger);
 #   call          the call again (Python scalars converted once a value on the straight path, RMSNorm's example
 #                 passing them), without the compiled module.
+# Phase e: the gpu tests of the call layer and of the two changed templates on the final tree.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s15.sh a|b|c|d}
+phase=${1:?usage: h200_s15.sh a|b|c|d|e}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -62,6 +63,11 @@ elif [ "$phase" = c ]; then
             --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
         tail -n 1 "$more/landscapes/$name.log"
     done
+elif [ "$phase" = e ]; then
+    step tests 200 bash -c "python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
+        tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py; \
+        python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_rmsnorm.py \
+        tests/unit/test_example_silu_gelu.py tests/unit/test_call_fake_cuda.py -k 'cuda'"
 elif [ "$phase" = d ]; then
     step glu_tune 200 bash -c "python3 -m pytest_ktune.cli tune silu_and_mul --root $ek --backend cuda --trials 60 \
         --timeout 10 --seed 2 --write file; python3 -m pytest_ktune.cli tune gelu_tanh_and_mul --root $ek \
