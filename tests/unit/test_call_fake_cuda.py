@@ -53,10 +53,19 @@ def fake() -> Iterator[ModuleType]:
         yield cp
 
 
-def _module(tmp_path: Path, name: str) -> Any:
-    module = _prod.load(tmp_path, name, MODULE)
+def _module(tmp_path: Path, name: str, text: str = MODULE) -> Any:
+    module = _prod.load(tmp_path, name, text)
     (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
     return module
+
+
+def _warm(tmp_path: Path, name: str, text: str, fake: Any) -> tuple[Any, Any, Any, Any]:
+    """The target of ``text`` after two calls (the second the dispatch cache's), its arrays and CuPy's function."""
+    module = _module(tmp_path, name, text)
+    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
+    module.scale(x, w)
+    module.scale(x, w)
+    return module, x, w, _function(module)
 
 
 def _function(module: Any) -> Any:
@@ -287,12 +296,7 @@ def test_the_torch_op_reaches_the_positional_fast_path_even_called_with_a_defaul
 
 def test_a_two_dimensional_grid_launches_straight_and_a_bad_one_is_still_named(tmp_path: Path, fake: Any) -> None:
     text = MODULE.replace("KEYS = [0]", "KEYS = [0]\nGRID_Y = [2]").replace("grid=rows,", "grid=(rows, GRID_Y[0]),")
-    module = _prod.load(tmp_path, "fake_cuda_grid2", text)
-    (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
-    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
-    module.scale(x, w)
-    module.scale(x, w)
-    fn = _function(module)
+    module, x, w, fn = _warm(tmp_path, "fake_cuda_grid2", text, fake)
     before = fn.calls
     module.scale(x, w)
     assert fn.calls == before + 1 and fn.last.grid == (4, 2) and fn.last.block == (128, 1)
@@ -303,13 +307,8 @@ def test_a_two_dimensional_grid_launches_straight_and_a_bad_one_is_still_named(t
 
 
 def test_python_scalars_are_converted_once_a_value_on_the_straight_path(tmp_path: Path, fake: Any) -> None:
-    text = MODULE.replace("np.int32(n), np.float32(alpha)", "n, alpha")
-    module = _prod.load(tmp_path, "fake_cuda_scalars", text)
-    (tmp_path / "kernels.cu").write_text('extern "C" __global__ void scale() {}\n')
-    x, w = fake.empty((4, 256), np.float16), fake.empty((256,), np.float16)
-    module.scale(x, w)
-    module.scale(x, w)
-    fn = _function(module)
+    module, x, w, fn = _warm(tmp_path, "fake_cuda_scalars", MODULE.replace("np.int32(n), np.float32(alpha)",
+                                                                           "n, alpha"), fake)
     for alpha in (1.5, 2.5, 1.5, -0.0, 0.0):
         module.scale(x, w, alpha)
         n, a = fn.last.args[3:]
