@@ -105,7 +105,9 @@ def test_a_target_with_its_own_threshold_passes_a_slowdown_within_it(gated: Proj
     source = gated.path / "scale.cl"
     source.write_text(source.read_text().replace("r < REPEAT;", "r < 3 * REPEAT;"))
 
-    result = gated.run("-v", "--ktune-threshold=median:1%")
+    # The run's threshold (50 %) would fail scale's 3x; the unchanged add stays within it even on a loaded host,
+    # where a 2 µs PoCL kernel's same-run A/B has read 1.2x.
+    result = gated.run("-v", "--ktune-threshold=median:50%")
     result.assert_outcomes(passed=4)
     rows = summary_rows(result)
     assert rows["scale", "n16k"][-1] == "ok" and float(rows["scale", "n16k"][4]) > 1.5, rows
