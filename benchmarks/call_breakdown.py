@@ -32,6 +32,7 @@ Usage: python3 benchmarks/call_breakdown.py [--calls 2000] [--repeats 7] [--out 
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import statistics
 import sys
@@ -152,16 +153,75 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
     return methods, info
 
 
+def _stub_ops(schemas: dict[str, str], inter: int) -> tuple[Any, Any, Any]:
+    """Two custom ops with the ktune ops' schemas whose implementations only allocate their outputs
+    (``torch.empty_like``, ``torch.empty``): what a custom op costs around it, eager and compiled."""
+    torch: Any = importlib.import_module("torch")  # torch.library is untyped
+
+    lib = torch.library.Library("ktune_stub", "FRAGMENT")
+    lib.define("rmsnorm" + schemas["rmsnorm"])
+    lib.define("silu_and_mul" + schemas["silu_and_mul"])
+
+    def rms(x: Any, w: Any, eps: float = EPS) -> Any:
+        return torch.empty_like(x)
+
+    def silu(g: Any) -> Any:
+        return torch.empty((g.shape[0], g.shape[1] // 2), dtype=g.dtype, device=g.device)
+
+    lib.impl("rmsnorm", rms, "CompositeExplicitAutograd")
+    lib.impl("silu_and_mul", silu, "CompositeExplicitAutograd")
+    torch.library.register_fake("ktune_stub::rmsnorm", rms, lib=lib)
+    torch.library.register_fake("ktune_stub::silu_and_mul", silu, lib=lib)
+    return lib, torch.ops.ktune_stub.rmsnorm.default, torch.ops.ktune_stub.silu_and_mul.default
+
+
+def _timed_ops(ops: dict[str, Any], clock: list[float]) -> tuple[Any, Any, Any]:
+    """The ktune ops again under another namespace, their implementations the targets' production calls with
+    the time inside them added to ``clock[0]``: how much of a compiled forward is the calls themselves."""
+    import time
+
+    torch: Any = importlib.import_module("torch")  # torch.library is untyped
+    lib = torch.library.Library("ktune_timed", "FRAGMENT")
+    made = []
+    for name, op in ops.items():
+        lib.define(name + op.schema)
+
+        def impl(*a: Any, _target: Any = op.target, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _target(*a, **k)
+            finally:
+                clock[0] += time.perf_counter() - t0
+
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"ktune_timed::{name}", op._fake, lib=lib)
+        made.append(getattr(torch.ops.ktune_timed, name).default)
+    return lib, made[0], made[1]
+
+
+def _counts(stats: Any, calls: int) -> dict[str, float]:
+    return {f"{fn[0].rsplit('/', 1)[-1]}:{fn[1]}({fn[2]})": v[1] / calls
+            for fn, v in stats.stats.items()}
+
+
 def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[str, Any], str]:
+    """The two-op module eager and compiled, beside the same module with torch ops, with stub custom ops
+    (what a custom op costs in compiled code whatever it runs), with the ktune ops timed inside (how much of a
+    compiled forward is the production calls), and the Python calls a compiled forward makes that an eager one
+    does not."""
     import torch
     import torch.nn.functional as F
 
     import ktune
     from example_project.kernels.rmsnorm import rmsnorm
     from example_project.kernels.silu_and_mul import silu_and_mul
+    from pytest_ktune.call import plan as plan_mod
 
     t, inter = 16, 14336
     k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)
+    _lib, s_rms, s_silu = _stub_ops({"rmsnorm": k_rms.schema, "silu_and_mul": k_silu.schema}, inter)
+    clock = [0.0]
+    _lib2, t_rms, t_silu = _timed_ops({"rmsnorm": k_rms, "silu_and_mul": k_silu}, clock)
     gen = torch.Generator(device="cuda").manual_seed(116)
     x = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
     w = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
@@ -170,16 +230,38 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     def with_ktune(x: Any, w: Any, g: Any) -> Any:
         return k_rms(x, w, EPS), k_silu(g)
 
+    def with_targets(x: Any, w: Any, g: Any) -> Any:
+        return rmsnorm(x, w, EPS), silu_and_mul(g)
+
+    def with_stubs(x: Any, w: Any, g: Any) -> Any:
+        return s_rms(x, w, EPS), s_silu(g)
+
+    def with_timed(x: Any, w: Any, g: Any) -> Any:
+        return t_rms(x, w, EPS), t_silu(g)
+
     def with_torch(x: Any, w: Any, g: Any) -> Any:
         return F.rms_norm(x, (HIDDEN,), w, EPS), F.silu(g[:, :inter]) * g[:, inter:]
 
-    ck = torch.compile(with_ktune, fullgraph=True, dynamic=False)
-    ct = torch.compile(with_torch, fullgraph=True, dynamic=False)
+    def guarded() -> Any:  # what Inductor's generated code does around the ops, eagerly
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+            return with_ktune(x, w, g)
+
+    def compile_(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(fn, fullgraph=True, dynamic=False)
+
+    ck, ct, cs, ctimed = compile_(with_ktune), compile_(with_torch), compile_(with_stubs), compile_(with_timed)
     methods: dict[str, Callable[[], Any]] = {
+        "ktune targets, eager (no op)": lambda: with_targets(x, w, g),
         "ktune ops, eager": lambda: with_ktune(x, w, g),
+        "ktune ops, eager, under the device guard": guarded,
         "ktune ops, compiled": lambda: ck(x, w, g),
         "torch ops, eager": lambda: with_torch(x, w, g),
         "torch ops, compiled": lambda: ct(x, w, g),
+        "stub ops, eager": lambda: with_stubs(x, w, g),
+        "stub ops, compiled": lambda: cs(x, w, g),
+        "timed ktune ops, eager": lambda: with_timed(x, w, g),
+        "timed ktune ops, compiled": lambda: ctimed(x, w, g),
     }
     for fn in methods.values():
         for _ in range(100):
@@ -187,14 +269,52 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     samples = interleaved(methods, args.repeats, args.calls, sync)
     host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
     print("compiled T=16: " + ", ".join(f"{m} {v:.2f}" for m, v in host.items()), flush=True)
+    # The time inside the production calls, per forward, eager and compiled (the same loops, apart).
+    inside: dict[str, float] = {}
+    for name, fn in (("eager", methods["timed ktune ops, eager"]), ("compiled", methods["timed ktune ops, compiled"])):
+        per: list[float] = []
+        for _ in range(args.repeats):
+            clock[0] = 0.0
+            for _ in range(args.calls):
+                fn()
+            sync()
+            per.append(clock[0] / args.calls * 1e6)
+        inside[name] = statistics.median(per)
+    # The slow path of the dispatch (a call bound by name) taken by compiled forwards, if any.
+    slow = [0]
+    orig = plan_mod.CallPlan._call
+
+    def counting(self: Any, *a: Any, **k: Any) -> Any:
+        slow[0] += 1
+        return orig(self, *a, **k)
+
+    plan_mod.CallPlan._call = counting  # type: ignore[method-assign]
+    try:
+        for _ in range(1000):
+            ck(x, w, g)
+    finally:
+        plan_mod.CallPlan._call = orig  # type: ignore[method-assign]
+    # What a compiled forward calls that an eager one does not (cProfile's call counts are exact).
+    eager_stats, _ = common.profiled(lambda: with_ktune(x, w, g), 1000)
     text = io.StringIO()
     stats, per_call = common.profiled(lambda: ck(x, w, g), 1000, stream=text)
+    e_counts, c_counts = _counts(eager_stats, 1000), _counts(stats, 1000)
+    ktune_diff = {f: (e_counts.get(f, 0.0), n) for f, n in c_counts.items()
+                  if ("pytest_ktune" in f or "kernels" in f or "torchio" in f or "plan.py" in f)
+                  and abs(n - e_counts.get(f, 0.0)) > 1e-9}
     stats.sort_stats("tottime").print_stats(40)
     md = md_table(["module (T=16, fp16)", "host µs per forward"], [[m, f"{v:.2f}"] for m, v in host.items()])
-    return ({"host_us": host, "python_calls_per_forward": per_call},
-            f"## The two-op module, eager and compiled (default mode)\n\n{md}\n\ncProfile of 1000 compiled "
-            f"forwards with ktune ops: {per_call:.1f} function calls a forward.\n\n```\n{text.getvalue().strip()}\n"
-            "```\n")
+    diff_md = md_table(["ktune function", "calls per eager forward", "per compiled forward"],
+                       [[f, f"{a:g}", f"{b:g}"] for f, (a, b) in sorted(ktune_diff.items())]) if ktune_diff else (
+        "(none: the production calls make the same Python calls in both)")
+    return ({"host_us": host, "python_calls_per_forward": per_call, "inside_calls_us": inside,
+             "slow_path_calls_per_1000": slow[0], "ktune_call_count_diff": ktune_diff},
+            f"## The two-op module, eager and compiled (default mode)\n\n{md}\n\n"
+            f"Time inside the two production calls per forward (the timed ops): eager {inside['eager']:.2f} µs, "
+            f"compiled {inside['compiled']:.2f} µs. Calls of the dispatch's slow path in 1000 compiled forwards: "
+            f"{slow[0]}.\n\nThe ktune functions whose calls per forward differ between eager and compiled:\n\n"
+            f"{diff_md}\n\ncProfile of 1000 compiled forwards with ktune ops: {per_call:.1f} function calls a "
+            f"forward.\n\n```\n{text.getvalue().strip()}\n```\n")
 
 
 def main() -> int:
@@ -202,6 +322,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--compiled", action="store_true", help="the compiled two-op module too, with a profile")
+    ap.add_argument("--compiled-only", action="store_true", help="the compiled two-op module alone")
     ap.add_argument("--out", type=Path, default=None, help="a folder (default: benchmarks/results/h200-<date>)")
     args = ap.parse_args()
     add_repo_to_path()
@@ -213,7 +334,7 @@ def main() -> int:
     torch.set_grad_enabled(False)
     sync = torch.cuda.synchronize
     rows: list[dict[str, Any]] = []
-    for t in TOKENS:
+    for t in () if args.compiled_only else TOKENS:
         methods, info = _methods(t, backend)
         for fn in methods.values():
             for _ in range(100):
@@ -226,8 +347,9 @@ def main() -> int:
         print(f"T={t}: " + ", ".join(f"{m} {v:.2f}" for m, v in host.items()), flush=True)
     date = now_utc()
     device = backend.device.name
-    names = list(rows[0]["host_us"])
-    table = md_table(["row", *(f"T={r['T']} (µs)" for r in rows), *(f"T={r['T']} range" for r in rows)],
+    names = list(rows[0]["host_us"]) if rows else []
+    heads = ["row", *(f"T={r['T']} (µs)" for r in rows), *(f"T={r['T']} range" for r in rows)]
+    table = "(not run: --compiled-only)" if not rows else md_table(heads,
                      [[m, *(f"{r['host_us'][m]:.2f}" for r in rows),
                        *("{:.2f}-{:.2f}".format(*r["host_range_us"][m]) for r in rows)] for m in names])
     md = (f"# The production call's host time, part by part\n\n{date}, `{command_line()}`, {device}\n\n"
@@ -235,7 +357,7 @@ def main() -> int:
           f"Median host µs per call of {args.repeats} interleaved rounds of {args.calls} calls (the range: "
           f"the rounds' lowest and highest).\n\n{table}\n")
     compiled: dict[str, Any] = {}
-    if args.compiled:
+    if args.compiled or args.compiled_only:
         compiled, section = _compiled(args, sync)
         md += "\n" + section
     out = args.out or RESULTS / f"h200-{date[:10]}"

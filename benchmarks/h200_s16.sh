@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 16's device calls. Phase a (issue 32: where a compiled module's time goes around the ktune ops;
+# issue 26: the small-T GLU keys, whose last tunes spent their 10 s on compiles):
+#   probe     benchmarks/call_breakdown.py --compiled-only: the two-op module eager and compiled, beside the
+#             torch-ops module, stub custom ops (the same schemas, implementations that only allocate), the ktune
+#             ops with the time inside the production calls measured, and what a compiled forward calls that an
+#             eager one does not;
+#   glu_tune  SiLU-and-mul at T=16 and GELU(tanh)-and-mul at T=4, tuned again with 45 s of search a key.
+# Phase b (after the dispatch's and the torch route's cuts): the call again, the gpu tests of the call layer.
+# Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
+# params file and one tarball of the rest.
+# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b   (the wheels in .whl/, Liger-Kernel's among them)
+set -uo pipefail
+TAIL=4
+phase=${1:?usage: h200_s16.sh a|b}
+# shellcheck source=benchmarks/_device.sh
+source benchmarks/_device.sh
+unset TRITON_INTERPRET
+more=/tmp/s16-more && rm -rf "$more" && mkdir -p "$more"
+ek=/tmp/s16-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
+keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-s16$phase.json"; }
+if [ "$phase" = a ]; then
+    step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
+    step glu_tune 280 bash -c "python3 -m pytest_ktune.cli tune silu_and_mul --root $ek --backend cuda --key T=16 \
+        --trials 40 --tune-timeout 45 --seed 3 --write file; python3 -m pytest_ktune.cli tune gelu_tanh_and_mul \
+        --root $ek --backend cuda --key T=4 --trials 40 --tune-timeout 45 --seed 3 --write file"
+    keep
+    cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+else
+    step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled --out $more; \
+        python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
+        tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py \
+        tests/unit/test_call_fake_cuda.py"
+fi
+tar -czf "$OUT/s16$phase.tar.gz" -C "$more" .
+ls "$OUT"
