@@ -116,9 +116,9 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
 
     rmsnorm(xt, wt)
     rmsnorm(xt, wt)
-    t_entry = next(e for e in plan._dispatch.values() if not e.route.native)
+    t_sig, t_entry = next((s, e) for s, e in plan._dispatch.items() if not e.route.native and s[0] == 2)
     t_route, t_handle = t_entry.route, t_entry.kernel
-    views = t_route.view_args(plan, (xt, wt))
+    views = t_route.view_args(plan, (xt, wt), t_sig)
     t_out = t_handle.empty_like(views[0])
     c_out = handle.empty_like(xc)
     c_args = [c_out, xc, wc, *rest]
@@ -137,10 +137,10 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
         "torch eager": lambda: F.rms_norm(xt, (HIDDEN,), wt, EPS),
         "handle launch (CuPy)": lambda: handle.launch(grid=grid[0], block=block[0], args=c_args),
         "handle empty_like (CuPy)": lambda: handle.empty_like(xc),
-        "torch: view_args": lambda: t_route.view_args(plan, (xt, wt)),
+        "torch: view_args": lambda: t_route.view_args(plan, (xt, wt), t_sig),
         "torch: handle empty_like": lambda: t_handle.empty_like(views[0]),
         "torch: handle launch": lambda: t_handle.launch(grid=grid[0], block=block[0], args=t_args),
-        "torch: user function": lambda: user_fn(t_handle, *t_route.view_args(plan, (xt, wt))),
+        "torch: user function": lambda: user_fn(t_handle, *t_route.view_args(plan, (xt, wt), t_sig)),
         "cupy.empty": lambda: cp.empty(shape, dtype),
         "cupy.empty_like": lambda: cp.empty_like(xc, order="C"),
         "cupy.ndarray": lambda: cp.ndarray(shape, dtype),

@@ -22,6 +22,9 @@ class Checks(Protocol):
     arrays: tuple[tuple[str, frozenset[np.dtype[Any]], bool], ...]
     # the positions of the declared arrays among the function's positional parameters (``view_args``)
     array_positions: tuple[int, ...]
+    # per count of positional arguments: (a declared array's position, where the signature holds what was read
+    # of it), for each declared array among them (``view_args``)
+    slots: dict[int, tuple[tuple[int, int], ...]]
 
     def bad_argument(self, name: str, what: str, hint: str) -> KtuneError: ...
 
@@ -50,9 +53,10 @@ class Route(Protocol):
         of that signature, so only what cannot be in a signature is looked at (torch's current device)."""
         ...
 
-    def view_args(self, plan: Checks, args: tuple[Any, ...]) -> Sequence[Any] | None:
+    def view_args(self, plan: Checks, args: tuple[Any, ...], sig: tuple[Any, ...]) -> Sequence[Any] | None:
         """``view`` for a call of positional arguments only (``args``, in the function's order; those left out
-        take their defaults) whose signature the cache knows: the arguments the function sees, in that order.
+        take their defaults) whose signature the cache knows (``sig``, where ``plan.slots`` finds what was read
+        of each array: the same as this call's): the arguments the function sees, in that order.
         None where the call must go the way of ``view`` instead, which names what is wrong with it; a route
         that needs the call by name (its ``finish`` reads ``bound`` and ``seen``) always answers None, and the
         ``finish`` of a call it viewed gets empty ones."""
@@ -110,7 +114,7 @@ class PassThrough:
         return bound
 
     @staticmethod
-    def view_args(plan: Checks, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def view_args(plan: Checks, args: tuple[Any, ...], sig: tuple[Any, ...]) -> tuple[Any, ...]:
         return args
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:  # replaced by the backend's own in __init__

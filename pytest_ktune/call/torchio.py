@@ -180,18 +180,21 @@ class TorchCudaRoute:
                 seen[name] = _array(t, NUMPY_OF[t.dtype], self._pointer)
         return seen
 
-    def view_args(self, plan: CallPlan, args: tuple[Any, ...]) -> list[Any] | None:
+    def view_args(self, plan: CallPlan, args: tuple[Any, ...], sig: tuple[Any, ...]) -> list[Any] | None:
         if self._current() != self.ordinal:
             return None  # ``view`` names the argument and the device
+        # Each tensor's dtype and shape are the signature's (what ``layout`` read of it, equal to this call's):
+        # only its pointer is read here.
         seen = list(args)
-        n = len(seen)
         pointer, numpy_of = self._pointer, NUMPY_OF
-        for i in plan.array_positions:
-            if i < n and (t := seen[i]) is not None:
+        for i, at in plan.slots[len(args)]:
+            read = sig[at]
+            if read is not None:  # an optional array left out
+                t = seen[i]
                 a = _new(TorchArray)
                 a.tensor = t
-                a.shape = t.shape
-                a.dtype = numpy_of[t.dtype]
+                a.shape = read[1]
+                a.dtype = numpy_of[read[0]]
                 a.ptr = pointer(t.data_ptr())
                 seen[i] = a
         return seen
@@ -298,7 +301,7 @@ class TorchHostRoute:
         self.view = self.prepare  # the copies are made on every call
 
     @staticmethod
-    def view_args(plan: CallPlan, args: tuple[Any, ...]) -> None:
+    def view_args(plan: CallPlan, args: tuple[Any, ...], sig: tuple[Any, ...]) -> None:
         return None  # its finish copies back by name
 
     def prepare(self, plan: CallPlan, bound: dict[str, Any]) -> dict[str, Any]:

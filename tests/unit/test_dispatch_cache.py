@@ -114,6 +114,19 @@ def test_a_seen_signature_runs_neither_key_nor_defines_and_a_changed_one_dispatc
     assert module.CALLS["key"] == 4
 
 
+def test_calls_that_alternate_between_two_signatures_each_get_their_own_kernel(
+        setup: tuple[ModuleType, Any]) -> None:
+    # The fast path compares a call with the last signature it served first: a call of the other one is a miss
+    # there and found by the lookup, every time, without running the key again.
+    module, q = setup
+    x, half = _x(q), _x(q, 50)
+    for _ in range(4):
+        np.testing.assert_array_equal(module.scale(x).get(), x.get() * 5)
+        np.testing.assert_array_equal(module.scale(half).get(), half.get() * 3)
+        np.testing.assert_array_equal(module.scale(x, 2).get(), x.get() * 3)
+    assert module.CALLS == {"key": 3, "defines": 3}
+
+
 def test_after_a_good_call_bad_arguments_are_still_refused_naming_them(setup: tuple[ModuleType, Any]) -> None:
     module, q = setup
     module.scale(_x(q))
