@@ -5,7 +5,9 @@
 #             torch-ops module, stub custom ops (the same schemas, implementations that only allocate), the ktune
 #             ops with the time inside the production calls measured, and what a compiled forward calls that an
 #             eager one does not;
-#   glu_tune  SiLU-and-mul at T=16 and GELU(tanh)-and-mul at T=4, tuned again with 45 s of search a key.
+#   call      benchmarks/production_call.py (without the compiled module) and call_breakdown.py, after the
+#             dispatch's last-signature compare and the torch views read from the signature;
+#   glu_tune  SiLU-and-mul at T=16 and GELU(tanh)-and-mul at T=4 fp32, tuned again with 40 s of search a key.
 # Phase b (after the dispatch's and the torch route's cuts): the call again, the gpu tests of the call layer.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
@@ -21,9 +23,11 @@ ek=/tmp/s16-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.kt
 keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-s16$phase.json"; }
 if [ "$phase" = a ]; then
     step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
-    step glu_tune 280 bash -c "python3 -m pytest_ktune.cli tune silu_and_mul --root $ek --backend cuda --key T=16 \
-        --trials 40 --tune-timeout 45 --seed 3 --write file; python3 -m pytest_ktune.cli tune gelu_tanh_and_mul \
-        --root $ek --backend cuda --key T=4 --trials 40 --tune-timeout 45 --seed 3 --write file"
+    step call 150 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --no-compile --out $more; \
+        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --out $more/parts"
+    step glu_tune 230 bash -c "python3 -m pytest_ktune.cli tune silu_and_mul --root $ek --backend cuda --key T=16 \
+        --trials 40 --tune-timeout 40 --seed 3 --write file; python3 -m pytest_ktune.cli tune gelu_tanh_and_mul \
+        --root $ek --backend cuda --key T=4 --key dtype=float32 --trials 40 --tune-timeout 40 --seed 3 --write file"
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
 else
