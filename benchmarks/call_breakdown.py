@@ -175,28 +175,50 @@ def _stub_ops(schemas: dict[str, str], inter: int) -> tuple[Any, Any, Any]:
     return lib, torch.ops.ktune_stub.rmsnorm.default, torch.ops.ktune_stub.silu_and_mul.default
 
 
-def _timed_ops(ops: dict[str, Any], clock: list[float]) -> tuple[Any, Any, Any]:
-    """The ktune ops again under another namespace, their implementations the targets' production calls with
-    the time inside them added to ``clock[0]``: how much of a compiled forward is the calls themselves."""
+def _marked_ops(namespace: str, ops: dict[str, tuple[str, Callable[..., Any], Callable[..., Any]]],
+                marks: list[float]) -> tuple[Any, list[Any]]:
+    """Custom ops (name: schema, implementation, fake) whose implementations append ``perf_counter()`` to
+    ``marks`` on entry and on return: where a forward's time goes, op by op and between them."""
     import time
 
     torch: Any = importlib.import_module("torch")  # torch.library is untyped
-    lib = torch.library.Library("ktune_timed", "FRAGMENT")
+    lib = torch.library.Library(namespace, "FRAGMENT")
     made = []
-    for name, op in ops.items():
-        lib.define(name + op.schema)
+    for name, (schema, fn, fake) in ops.items():
+        lib.define(name + schema)
 
-        def impl(*a: Any, _target: Any = op.target, **k: Any) -> Any:
-            t0 = time.perf_counter()
+        def impl(*a: Any, _fn: Callable[..., Any] = fn, **k: Any) -> Any:
+            marks.append(time.perf_counter())
             try:
-                return _target(*a, **k)
+                return _fn(*a, **k)
             finally:
-                clock[0] += time.perf_counter() - t0
+                marks.append(time.perf_counter())
 
         lib.impl(name, impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"ktune_timed::{name}", op._fake, lib=lib)
-        made.append(getattr(torch.ops.ktune_timed, name).default)
-    return lib, made[0], made[1]
+        torch.library.register_fake(f"{namespace}::{name}", fake, lib=lib)
+        made.append(getattr(getattr(torch.ops, namespace), name).default)
+    return lib, made
+
+
+def _timeline(forward: Callable[[], Any], marks: list[float], forwards: int,
+              sync: Callable[[], None]) -> dict[str, float]:
+    """Median µs of each part of a forward of two marked ops: before the first op, each op's implementation,
+    between them, after the second."""
+    import time
+
+    parts: dict[str, list[float]] = {k: [] for k in ("before", "op 1", "between", "op 2", "after", "forward")}
+    for _ in range(forwards):
+        marks.clear()
+        marks.append(time.perf_counter())
+        forward()
+        marks.append(time.perf_counter())
+        m = marks
+        if len(m) != 6:
+            raise SystemExit(f"a marked forward made {len(m) - 2} marks, not 4")
+        for k, (a, b) in zip(parts, ((0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (0, 5)), strict=True):
+            parts[k].append((m[b] - m[a]) * 1e6)
+    sync()
+    return {k: statistics.median(v) for k, v in parts.items()}
 
 
 def _counts(stats: Any, calls: int) -> dict[str, float]:
@@ -206,9 +228,9 @@ def _counts(stats: Any, calls: int) -> dict[str, float]:
 
 def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[str, Any], str]:
     """The two-op module eager and compiled, beside the same module with torch ops, with stub custom ops
-    (what a custom op costs in compiled code whatever it runs), with the ktune ops timed inside (how much of a
-    compiled forward is the production calls), and the Python calls a compiled forward makes that an eager one
-    does not."""
+    (what a custom op costs in compiled code whatever it runs), with ops that mark their entry and return
+    (where a forward's time goes: in the production calls, and around them), and the Python calls a
+    compiled forward makes that an eager one does not."""
     import torch
     import torch.nn.functional as F
 
@@ -220,8 +242,12 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     t, inter = 16, 14336
     k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)
     _lib, s_rms, s_silu = _stub_ops({"rmsnorm": k_rms.schema, "silu_and_mul": k_silu.schema}, inter)
-    clock = [0.0]
-    _lib2, t_rms, t_silu = _timed_ops({"rmsnorm": k_rms, "silu_and_mul": k_silu}, clock)
+    marks: list[float] = []
+    _lib2, (m_rms, m_silu) = _marked_ops("ktune_marked", {
+        "rmsnorm": (k_rms.schema, rmsnorm, k_rms._fake), "silu_and_mul": (k_silu.schema, silu_and_mul, k_silu._fake)},
+        marks)
+    _lib3, (ms_rms, ms_silu) = _marked_ops("ktune_stub_marked", {
+        "rmsnorm": (k_rms.schema, s_rms, s_rms), "silu_and_mul": (k_silu.schema, s_silu, s_silu)}, marks)
     gen = torch.Generator(device="cuda").manual_seed(116)
     x = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
     w = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
@@ -236,13 +262,20 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     def with_stubs(x: Any, w: Any, g: Any) -> Any:
         return s_rms(x, w, EPS), s_silu(g)
 
-    def with_timed(x: Any, w: Any, g: Any) -> Any:
-        return t_rms(x, w, EPS), t_silu(g)
+    def with_marked(x: Any, w: Any, g: Any) -> Any:
+        return m_rms(x, w, EPS), m_silu(g)
+
+    def with_marked_stubs(x: Any, w: Any, g: Any) -> Any:
+        return ms_rms(x, w, EPS), ms_silu(g)
 
     def with_torch(x: Any, w: Any, g: Any) -> Any:
         return F.rms_norm(x, (HIDDEN,), w, EPS), F.silu(g[:, :inter]) * g[:, inter:]
 
-    def guarded() -> Any:  # what Inductor's generated code does around the ops, eagerly
+    def guard() -> None:  # what Inductor's generated code does around the ops
+        with torch.cuda._DeviceGuard(0):
+            torch.cuda.set_device(0)
+
+    def guarded() -> Any:
         with torch.cuda._DeviceGuard(0):
             torch.cuda.set_device(0)
             return with_ktune(x, w, g)
@@ -250,36 +283,38 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     def compile_(fn: Callable[..., Any]) -> Callable[..., Any]:
         return torch.compile(fn, fullgraph=True, dynamic=False)
 
-    ck, ct, cs, ctimed = compile_(with_ktune), compile_(with_torch), compile_(with_stubs), compile_(with_timed)
+    ck, ct, cs = compile_(with_ktune), compile_(with_torch), compile_(with_stubs)
+    cm, cms = compile_(with_marked), compile_(with_marked_stubs)
     methods: dict[str, Callable[[], Any]] = {
         "ktune targets, eager (no op)": lambda: with_targets(x, w, g),
+        "rmsnorm alone (torch)": lambda: rmsnorm(x, w, EPS),
+        "silu_and_mul alone (torch)": lambda: silu_and_mul(g),
         "ktune ops, eager": lambda: with_ktune(x, w, g),
         "ktune ops, eager, under the device guard": guarded,
+        "the device guard alone": guard,
         "ktune ops, compiled": lambda: ck(x, w, g),
         "torch ops, eager": lambda: with_torch(x, w, g),
         "torch ops, compiled": lambda: ct(x, w, g),
         "stub ops, eager": lambda: with_stubs(x, w, g),
         "stub ops, compiled": lambda: cs(x, w, g),
-        "timed ktune ops, eager": lambda: with_timed(x, w, g),
-        "timed ktune ops, compiled": lambda: ctimed(x, w, g),
     }
-    for fn in methods.values():
+    warm: list[Callable[[], Any]] = [*methods.values(), lambda: cm(x, w, g), lambda: cms(x, w, g)]
+    for fn in warm:
         for _ in range(100):
             fn()
     samples = interleaved(methods, args.repeats, args.calls, sync)
     host = {m: statistics.median(s[0] for s in v) * 1e6 for m, v in samples.items()}
     print("compiled T=16: " + ", ".join(f"{m} {v:.2f}" for m, v in host.items()), flush=True)
-    # The time inside the production calls, per forward, eager and compiled (the same loops, apart).
-    inside: dict[str, float] = {}
-    for name, fn in (("eager", methods["timed ktune ops, eager"]), ("compiled", methods["timed ktune ops, compiled"])):
-        per: list[float] = []
-        for _ in range(args.repeats):
-            clock[0] = 0.0
-            for _ in range(args.calls):
-                fn()
-            sync()
-            per.append(clock[0] / args.calls * 1e6)
-        inside[name] = statistics.median(per)
+    # Where a forward's time goes, part by part (marked ops: the production calls, and the stubs).
+    lines: dict[str, Callable[[], Any]] = {
+        "ktune, eager": lambda: with_marked(x, w, g), "ktune, compiled": lambda: cm(x, w, g),
+        "stubs, eager": lambda: with_marked_stubs(x, w, g), "stubs, compiled": lambda: cms(x, w, g)}
+    timelines = {name: _timeline(fn, marks, args.calls, sync) for name, fn in lines.items()}
+    for name, fn in reversed(lines.items()):  # again, in the other order: the host drifts
+        second = _timeline(fn, marks, args.calls, sync)
+        timelines[name] = {k: (v + second[k]) / 2 for k, v in timelines[name].items()}
+    print("timelines: " + "; ".join(f"{n}: " + ", ".join(f"{k} {v:.2f}" for k, v in tl.items())
+                                    for n, tl in timelines.items()), flush=True)
     # The slow path of the dispatch (a call bound by name) taken by compiled forwards, if any.
     slow = [0]
     orig = plan_mod.CallPlan._call
@@ -307,11 +342,14 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     diff_md = md_table(["ktune function", "calls per eager forward", "per compiled forward"],
                        [[f, f"{a:g}", f"{b:g}"] for f, (a, b) in sorted(ktune_diff.items())]) if ktune_diff else (
         "(none: the production calls make the same Python calls in both)")
-    return ({"host_us": host, "python_calls_per_forward": per_call, "inside_calls_us": inside,
+    tl_md = md_table(["forward (T=16)", *next(iter(timelines.values()))],
+                     [[n, *(f"{v:.2f}" for v in tl.values())] for n, tl in timelines.items()])
+    return ({"host_us": host, "python_calls_per_forward": per_call, "timelines_us": timelines,
              "slow_path_calls_per_1000": slow[0], "ktune_call_count_diff": ktune_diff},
             f"## The two-op module, eager and compiled (default mode)\n\n{md}\n\n"
-            f"Time inside the two production calls per forward (the timed ops): eager {inside['eager']:.2f} µs, "
-            f"compiled {inside['compiled']:.2f} µs. Calls of the dispatch's slow path in 1000 compiled forwards: "
+            f"Where a forward's time goes (median µs of {args.calls} forwards, twice; ops whose implementations "
+            f"mark their entry and return: the production calls, and the stubs):\n\n{tl_md}\n\n"
+            f"Calls of the dispatch's slow path in 1000 compiled forwards: "
             f"{slow[0]}.\n\nThe ktune functions whose calls per forward differ between eager and compiled:\n\n"
             f"{diff_md}\n\ncProfile of 1000 compiled forwards with ktune ops: {per_call:.1f} function calls a "
             f"forward.\n\n```\n{text.getvalue().strip()}\n```\n")

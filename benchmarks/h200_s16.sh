@@ -8,7 +8,12 @@
 #   call      benchmarks/production_call.py (without the compiled module) and call_breakdown.py, after the
 #             dispatch's last-signature compare and the torch views read from the signature;
 #   glu_tune  SiLU-and-mul at T=16 and GELU(tanh)-and-mul at T=4 fp32, tuned again with 40 s of search a key.
-# Phase b (after the dispatch's and the torch route's cuts): the call again, the gpu tests of the call layer.
+# Phase b (a's probe put the ktune calls at the same time inside a compiled forward as in an eager one, and the
+# rest of a compiled forward ~25 µs above the stub ops'):
+#   probe     call_breakdown.py --compiled-only again, with each op's entry and return marked (before the first
+#             op, each op, between them, after), the device guard alone, each target alone;
+#   call      production_call.py (15 rounds: the last host's rounds spread by +-2 µs) and the call layer's gpu tests;
+#   bench     bench_kernels.py for SiLU- and GELU-and-mul with a's small-T records merged.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b   (the wheels in .whl/, Liger-Kernel's among them)
@@ -31,11 +36,14 @@ if [ "$phase" = a ]; then
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
 else
-    step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
-        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled --out $more; \
+    step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
+    step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 15 --no-compile --out $more; \
         python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
         tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py \
         tests/unit/test_call_fake_cuda.py"
+    step bench 170 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets silu_and_mul,gelu_tanh_and_mul --budget-s 130 --compile-budget-s 60 \
+        --out "$more/bench_kernels-cuda.json"
 fi
 tar -czf "$OUT/s16$phase.tar.gz" -C "$more" .
 ls "$OUT"
