@@ -1,21 +1,12 @@
 // GELU(tanh)-and-mul: out[t, i] = gelu_tanh(x[t, i]) * x[t, I + i], x of shape [T, 2I],
 // gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
-// Parameters:
-//   BLOCK  threads per block;
-//   VEC    elements per load and store (16 bytes at VEC=8 in fp16 and bf16, VEC=4 in fp32);
-//   ITEMS  vectors per thread, BLOCK vectors apart (each pass of the block over them is coalesced);
-//   ROWS   0: one flat range over the T * I / VEC vectors, each block taking BLOCK * ITEMS of them and
-//          each thread finding its row by a 64-bit division; >= 1: a 2-D grid, blockIdx.x taking
-//          BLOCK * ITEMS vectors of a row's I / VEC, blockIdx.y ROWS rows at once, every load of those
-//          ROWS * ITEMS vectors issued before the first store, and no division;
+// Indexing and the parameters BLOCK, VEC, ITEMS, ROWS and the defines KI and IDX64: glu.cuh. Its own:
 //   FAST   1: the same function as g / (1 + e^-2z), z the tanh's argument (0.5 (1 + tanh(z)) =
 //          1 / (1 + e^-2z)), e^-2z = 2^(g (c1 + c2 g^2)) in one ex2.approx.ftz (results below 2^-126
 //          vanish beside the 1 they are added to) and the division by __fdividef: two special-function
 //          instructions and five others instead of tanhf's longer sequence.
-// With ROWS >= 1, gridDim.y may be smaller than the T / ROWS groups of rows (the launcher caps it for a
-// persistent grid): each block then strides over them.
-// ROWS=0, FAST=0 is the kernel as it was before ROWS and FAST.
-#include "common.cuh"
+// ROWS=0, FAST=0 with KI=0 and IDX64=1 is the kernel as it was before ROWS, FAST, KI and IDX64.
+#include "glu.cuh"
 
 __device__ __forceinline__ float gelu_tanh_f(float g) {
     const float k0 = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -47,64 +38,11 @@ __device__ __forceinline__ float gelu_mul(float g, float u) {
 #endif
 }
 
-#if ROWS == 0
+struct Act {
+    __device__ __forceinline__ float operator()(float g, float u) const { return gelu_mul(g, u); }
+};
+
 extern "C" __global__ void __launch_bounds__(BLOCK)
 gelu_tanh_and_mul(elem_t* __restrict__ out, const elem_t* __restrict__ x, long long T, int I) {
-    typedef vec_t<VEC> V;
-    const long long nv = I / VEC;
-    const long long total = T * nv;
-    const long long first = (long long)blockIdx.x * BLOCK * ITEMS + threadIdx.x;
-#pragma unroll
-    for (int it = 0; it < ITEMS; ++it) {
-        const long long e = first + (long long)it * BLOCK;
-        if (e < total) {
-            const long long row = e / nv;
-            const long long c = e - row * nv;
-            const V a = reinterpret_cast<const V*>(x + row * 2 * I)[c];
-            const V b = reinterpret_cast<const V*>(x + row * 2 * I + I)[c];
-            V r;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) r.v[j] = store_f(gelu_mul(load_f(a.v[j]), load_f(b.v[j])));
-            reinterpret_cast<V*>(out + row * I)[c] = r;
-        }
-    }
+    glu(out, x, (idx_t)T, I, Act());
 }
-#else
-extern "C" __global__ void __launch_bounds__(BLOCK)
-gelu_tanh_and_mul(elem_t* __restrict__ out, const elem_t* __restrict__ x, long long T, int I) {
-    typedef vec_t<VEC> V;
-    const int nv = I / VEC;
-    const int first = blockIdx.x * (BLOCK * ITEMS) + threadIdx.x;
-    for (long long r0 = (long long)blockIdx.y * ROWS; r0 < T; r0 += (long long)gridDim.y * ROWS) {
-        V a[ROWS][ITEMS], b[ROWS][ITEMS];
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            const V* g = reinterpret_cast<const V*>(x + (r0 + r) * 2 * I);
-            const V* u = reinterpret_cast<const V*>(x + (r0 + r) * 2 * I + I);
-#pragma unroll
-            for (int it = 0; it < ITEMS; ++it) {
-                const int c = first + it * BLOCK;
-                if (r0 + r < T && c < nv) {
-                    a[r][it] = g[c];
-                    b[r][it] = u[c];
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            V* o = reinterpret_cast<V*>(out + (r0 + r) * I);
-#pragma unroll
-            for (int it = 0; it < ITEMS; ++it) {
-                const int c = first + it * BLOCK;
-                if (r0 + r < T && c < nv) {
-                    V y;
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j)
-                        y.v[j] = store_f(gelu_mul(load_f(a[r][it].v[j]), load_f(b[r][it].v[j])));
-                    o[c] = y;
-                }
-            }
-        }
-    }
-}
-#endif

@@ -61,8 +61,11 @@ MAX_GRID_Y = 65535
             " < (T + ROWS - 1) // ROWS * ((I // VEC + BLOCK * ITEMS - 1) // (BLOCK * ITEMS))",
         ]),
     key=lambda x: {"T": ktune.bucket(x.shape[0]), "I": x.shape[1] // 2, "dtype": x.dtype.name},
+    # KI: the row's width as a compile-time constant (the key's I: one program a width, as it is one record);
+    # IDX64: 64-bit indices only where x has 2^31 elements or more (CUDA; glu.cuh).
     defines=lambda x: {"DTYPE_F16": int(x.dtype == np.float16),
-                       "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16")},
+                       "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16"),
+                       "KI": x.shape[1] // 2, "IDX64": int(x.size >= 2**31)},
     cases=[
         *(_case(t, 8192, dt) for dt in ("float16", "float32") for t in (4, 32)),
         _case(4096, 28672, "float16", backends=["cuda"]),
