@@ -14,12 +14,19 @@
 #             op, each op, between them, after), the device guard alone, each target alone;
 #   call      production_call.py (15 rounds: the last host's rounds spread by +-2 µs) and the call layer's gpu tests;
 #   bench     bench_kernels.py for SiLU- and GELU-and-mul with a's small-T records merged.
+# Phase c (issue 26: the GLU templates' shared indexing, glu.cuh, with the row's width a compile-time constant and
+# 32-bit indices where they fit):
+#   glu_correct  the GLU unit tests on CUDA (every class of configuration against the reference; the recorded
+#                configurations bit for bit against the kernels of tests/data/glu_v1);
+#   glu_tune     SiLU-and-mul at T=16, 256 and GELU(tanh)-and-mul at T=4, 32 tuned on the new templates (40
+#                trials or 15 s a key);
+#   bench        bench_kernels.py for both.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s16.sh a|b}
+phase=${1:?usage: h200_s16.sh a|b|c}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -35,6 +42,16 @@ if [ "$phase" = a ]; then
         --root $ek --backend cuda --key T=4 --key dtype=float32 --trials 40 --tune-timeout 40 --seed 3 --write file"
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+elif [ "$phase" = c ]; then
+    step glu_correct 90 python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_silu_gelu.py -k cuda
+    step glu_tune 250 bash -c "for k in 'silu_and_mul T=16' 'silu_and_mul T=256' 'gelu_tanh_and_mul T=4' \
+        'gelu_tanh_and_mul T=32'; do set -- \$k; python3 -m pytest_ktune.cli tune \$1 --root $ek --backend cuda \
+        --key \$2 --trials 40 --tune-timeout 15 --seed 4 --write file; done"
+    keep
+    cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+    step bench 170 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets silu_and_mul,gelu_tanh_and_mul --budget-s 130 --compile-budget-s 60 \
+        --out "$more/bench_kernels-cuda.json"
 else
     step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
     step call 200 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 15 --no-compile --out $more; \
