@@ -75,12 +75,13 @@ def silu_and_mul(kernel: ktune.Kernel, x: Any) -> Any:
     tokens, two_i = x.shape
     inter = two_i // 2
     out = kernel.empty((tokens, inter), x.dtype)
-    per_block = int(kernel["BLOCK"]) * int(kernel["ITEMS"])
-    rows, vectors = int(kernel["ROWS"]), inter // int(kernel["VEC"])
+    block, rows = kernel["BLOCK"], kernel["ROWS"]
+    per_block, vectors = block * kernel["ITEMS"], inter // kernel["VEC"]
     if rows == 0:
         grid: int | tuple[int, int] = ktune.cdiv(tokens * vectors, per_block)
     else:
-        columns, groups, cap = ktune.cdiv(vectors, per_block), ktune.cdiv(tokens, rows), int(kernel["GRID"])
+        columns, groups, cap = ktune.cdiv(vectors, per_block), ktune.cdiv(tokens, rows), kernel["GRID"]
         grid = (columns, min(groups, MAX_GRID_Y, max(1, cap // columns) if cap else groups))
-    kernel.launch(grid=grid, block=kernel["BLOCK"], args=[out, x, np.int64(tokens), np.int32(inter)])
+    # T as the kernel's 64-bit integer; I a Python int, which the launch passes as an int32
+    kernel.launch(grid=grid, block=block, args=[out, x, np.int64(tokens), inter])
     return out
