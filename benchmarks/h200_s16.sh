@@ -21,12 +21,18 @@
 #   glu_tune     SiLU-and-mul at T=16, 256 and GELU(tanh)-and-mul at T=4, 32 tuned on the new templates (40
 #                trials or 15 s a key);
 #   bench        bench_kernels.py for both.
+# Phase d (the final tree):
+#   tests   the call layer's gpu tests, the RMSNorm and GLU unit tests on CUDA, the fake-CuPy call tests;
+#   gate    the example's GLU items on CUDA (correctness and the perf gate) on the merged records;
+#   call    production_call.py (15 rounds, without the compiled module);
+#   ncu     Nsight Compute of SiLU-and-mul T=256 x I=14336 fp16: ours, Liger-Kernel's and torch.compile's
+#           (benchmarks/ncu_cases.py, the sections of h200_s14_ncu.sh).
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s16.sh a|b|c}
+phase=${1:?usage: h200_s16.sh a|b|c|d}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -42,6 +48,25 @@ if [ "$phase" = a ]; then
         --root $ek --backend cuda --key T=4 --key dtype=float32 --trials 40 --tune-timeout 40 --seed 3 --write file"
     keep
     cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
+elif [ "$phase" = d ]; then
+    step tests 200 bash -c "python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
+        tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py; \
+        python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_rmsnorm.py \
+        tests/unit/test_example_silu_gelu.py tests/unit/test_call_fake_cuda.py -k 'cuda'"
+    step gate 100 python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda "$ek" -rs -q \
+        -k "(silu or gelu) and not triton"
+    step call 120 python3 benchmarks/production_call.py --calls 1000 --repeats 15 --no-compile --out "$more"
+    mkdir -p "$more/ncu"
+    metrics=$(python3 benchmarks/ncu_cases.py metrics)
+    case=silu_and_mul-T256-I14336-float16
+    for impl in ours liger compile; do
+        timeout -s INT 75 ncu --clock-control none --nvtx --nvtx-include "profile/" --csv --page details \
+            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+            --metrics "$metrics" python3 benchmarks/ncu_cases.py run "$case" "$impl" \
+            > "$more/ncu/$case--$impl.csv" 2> "$more/ncu/$case--$impl.log"
+        echo "$case $impl: exit $?"
+    done
+    python3 benchmarks/ncu_cases.py table "$more"/ncu/*.csv --out "$more/ncu.md"
 elif [ "$phase" = c ]; then
     step glu_correct 90 python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_silu_gelu.py -k cuda
     step glu_tune 250 bash -c "for k in 'silu_and_mul T=16' 'silu_and_mul T=256' 'gelu_tanh_and_mul T=4' \
