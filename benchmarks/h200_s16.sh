@@ -27,12 +27,19 @@
 #   call    production_call.py (15 rounds, without the compiled module);
 #   ncu     Nsight Compute of SiLU-and-mul T=256 x I=14336 fp16: ours, Liger-Kernel's and torch.compile's
 #           (benchmarks/ncu_cases.py, the sections of h200_s14_ncu.sh).
+# Phase e (what d's profile left open, and a search miss of session 15):
+#   inductor   whether Inductor's kernels of SiLU-and-mul (T=256) launch with programmatic dependent launch,
+#              which would let back-to-back replays overlap (the bench's graph) where one profiled launch cannot:
+#              its config and the generated code's launch;
+#   rms_tune   RMSNorm at T=1024 x H=4096 fp32 tuned again (60 trials or 40 s), whose landscape's optimum
+#              (10.01 µs) sat at Liger's 9.80 where the record trailed at 0.89x;
+#   bench      bench_kernels.py for rmsnorm.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 TAIL=4
-phase=${1:?usage: h200_s16.sh a|b|c|d}
+phase=${1:?usage: h200_s16.sh a|b|c|d|e}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
 unset TRITON_INTERPRET
@@ -67,6 +74,13 @@ elif [ "$phase" = d ]; then
         echo "$case $impl: exit $?"
     done
     python3 benchmarks/ncu_cases.py table "$more"/ncu/*.csv --out "$more/ncu.md"
+elif [ "$phase" = e ]; then
+    step inductor 90 python3 benchmarks/inductor_pdl.py
+    step rms_tune 90 python3 -m pytest_ktune.cli tune rmsnorm --root "$ek" --backend cuda --key T=1024 \
+        --key dtype=float32 --trials 60 --tune-timeout 40 --seed 5 --write file
+    keep
+    step bench 170 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets rmsnorm --budget-s 120 --compile-budget-s 45 --out "$more/bench_kernels-cuda.json"
 elif [ "$phase" = c ]; then
     step glu_correct 90 python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_silu_gelu.py -k cuda
     step glu_tune 250 bash -c "for k in 'silu_and_mul T=16' 'silu_and_mul T=256' 'gelu_tanh_and_mul T=4' \
