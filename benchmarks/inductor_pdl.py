@@ -28,7 +28,7 @@ def main() -> int:
         print(f"inductor config triton.{name}:", getattr(triton_cfg, name, "(no such option)"))
     text = io.StringIO()
     handler = logging.StreamHandler(text)
-    torch._logging.set_logs(output_code=True)
+    torch._logging.set_logs(output_code=True)  # type: ignore[attr-defined]
     logging.getLogger("torch._inductor").addHandler(handler)
     t, inter = 256, 14336
     g = torch.randn(t, 2 * inter, device="cuda", dtype=torch.float16)
