@@ -122,8 +122,10 @@ def run_kernel_tuner(problem: Problem, strategy: str, budget: int, seed: int, fo
     space = problem.target.space  # an imported landscape's stand-in lists its feasible points
     key = dict(land.key)
 
-    def allowed(p: Mapping[str, Any]) -> bool:
-        return space.valid(dict(p), key)
+    def allowed(p: Mapping[str, Any] | Any) -> bool:
+        # Kernel Tuner hands a restriction a dict of the parameters, except in a space of one parameter,
+        # where it hands over the value alone
+        return space.valid(dict(p) if isinstance(p, Mapping) else {names[0]: p}, key)
 
     np.random.seed(seed)
     random.seed(seed)

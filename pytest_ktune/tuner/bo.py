@@ -218,6 +218,18 @@ class Inputs:
         # feasible configurations, and the same timed ones, at every proposal); the object is kept with
         # its row, so that its id cannot be another's while the row is kept.
         self._rows: dict[int, tuple[Mapping[str, Value], np.ndarray]] = {}
+        self._listed: Sequence[Mapping[str, Value]] = ()  # ``list_rows``: configurations whose rows are made at once
+        self._listed_at: dict[int, int] = {}
+        self._table = np.zeros((0, len(self.columns)))
+
+    def list_rows(self, configs: Sequence[Mapping[str, Value]]) -> None:
+        """Make the rows of ``configs`` (a study's feasible configurations, which it keeps) all at once, so
+        that a proposal that scores hundreds of them takes their rows from one array."""
+        self._listed = configs  # held, so that no other configuration can have one of their ids
+        self._listed_at = {id(c): i for i, c in enumerate(configs)}
+        self._table = np.asarray([[x for name, where in zip(self.names, self._where, strict=True)
+                                   for x in where[c[name]]] for c in configs], float).reshape(len(configs),
+                                                                                             len(self.columns))
 
     def _row(self, config: Mapping[str, Value]) -> np.ndarray:
         hit = self._rows.get(id(config))
@@ -231,6 +243,10 @@ class Inputs:
     def __call__(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
         if not configs:
             return np.zeros((0, len(self.columns)))
+        listed = [self._listed_at.get(id(c), -1) for c in configs]
+        if min(listed) >= 0:
+            out: np.ndarray = self._table[listed]
+            return out
         return np.stack([self._row(c) for c in configs]).reshape(len(configs), len(self.columns))
 
 
@@ -301,11 +317,20 @@ def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[
         encode = Inputs(params)
         if memo is not None:
             memo["inputs"] = (params, encode)
-    kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
-    gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                         scales=kept)
-    if memo is not None and kept is None:
-        memo.update(n=len(points), scales=gp.scales)
+    # The proposals of one batch see the same timings (only those being timed grow): the model of those
+    # is made once, and each proposal adds the pending ones it believes to it.
+    signature = [(key(c), y) for c, y in points]
+    last = memo.get("model") if memo is not None else None
+    if isinstance(last, tuple) and last[0] == signature:
+        gp: GaussianProcess = last[1]
+    else:
+        kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                             scales=kept)
+        if memo is not None:
+            if kept is None:
+                memo.update(n=len(points), scales=gp.scales)
+            memo["model"] = (signature, gp)
     best = float(gp.y[: len(seen)].min())
     pending = [c for c in busy if key(c) not in seen]
     if pending:
@@ -335,7 +360,8 @@ def propose(feasible: Sequence[Mapping[str, Value]], timed: Sequence[tuple[Mappi
     failed on the device; ``busy``: those being timed now or queued. ``positions``: ``feasible``
     as Positions, made once by a caller that proposes many times; ``memo``: a dict the same caller
     passes each time, in which the model's length scales are kept until the timings have grown by
-    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost); ``key``: ``config_key``, or a
+    ``REFIT_GROWTH`` (choosing them is most of a proposal's cost), and the model itself while the
+    timings stay the same (the proposals of one batch); ``key``: ``config_key``, or a
     caller's memo of it."""
     at = positions if positions is not None else Positions(feasible, params)
     tried = {key(c) for c in [*(c for c, _ in timed), *failed, *busy]}
@@ -393,6 +419,10 @@ class BoSampler(optuna.samplers.BaseSampler):
         self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
         self.key = KeyCache()  # configuration keys, made once per configuration
         self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
+        if self.feasible:  # every feasible configuration's model inputs, made once (``Inputs.list_rows``)
+            inputs = Inputs(self.params)
+            inputs.list_rows(self.feasible)
+            self.memo["inputs"] = (self.params, inputs)
         self.portfolio: Portfolio | None = None  # ``tuner.portfolio``: made for a study that starts from nothing
 
     def reseed_rng(self) -> None:

@@ -114,6 +114,8 @@ def classes(target: Target, backend: str, case_indices: Sequence[int],
 
 def representatives(feasible: Sequence[Mapping[str, Value]], cls: Mapping[str, str]) -> list[Mapping[str, Value]]:
     """The first configuration of each class, in ``feasible``'s order."""
+    if not cls:  # each configuration its own class (a space lists each once): no key to make for each
+        return list(feasible)
     seen: set[str] = set()
     out = []
     for cfg in feasible:

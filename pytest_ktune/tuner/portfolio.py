@@ -95,10 +95,11 @@ class Portfolio:
 
     # -- the arms ----------------------------------------------------------------------------------
 
-    def _distance(self, rows: np.ndarray, to: np.ndarray) -> np.ndarray:
+    def _distance(self, rows: np.ndarray, to: np.ndarray, units: np.ndarray | None = None) -> np.ndarray:
         """Distances from the configurations numbered ``rows`` to the point ``to`` (in ``unit`` space;
-        a categorical parameter counts 1 where it differs)."""
-        d = np.abs(self.unit[rows] - to)
+        a categorical parameter counts 1 where it differs); ``units``: ``self.unit[rows]``, where the
+        caller measures from the same rows many times."""
+        d = np.abs((self.unit[rows] if units is None else units) - to)
         cat = ~self.positions.numeric
         d[:, cat] = d[:, cat] > 0
         out: np.ndarray = d.sum(1)
@@ -125,10 +126,11 @@ class Portfolio:
 
     def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
         """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
-        children = sorted({self._child(untried, ranked) for _ in range(self.dims)})
+        units = self.unit[untried]
+        children = sorted({self._child(untried, ranked, units) for _ in range(self.dims)})
         return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
 
-    def _child(self, untried: np.ndarray, ranked: Sequence[int]) -> int:
+    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None) -> int:
         """The untried row nearest a child of two good parents."""
         pool = list(ranked[: self.population])
 
@@ -145,7 +147,7 @@ class Portfolio:
                     child[j] = min(max(child[j] + self.rng.choice((-step, step)), 0.0), 1.0)
                 else:
                     child[j] = self.rng.randrange(len(ix)) / self.span[j]
-        dist = self._distance(untried, child)
+        dist = self._distance(untried, child, units)
         best = np.flatnonzero(dist == dist.min())
         return int(untried[best[self.rng.randrange(len(best))]])
 

@@ -188,6 +188,20 @@ def test_bench_search_runs_on_cache_files_without_a_project_and_says_the_priors_
     assert "the device priors, which need the target's launch, are off" in markdown(results, settings)
 
 
+def test_kernel_tuners_strategies_search_a_space_of_one_parameter(tmp_path: Path) -> None:
+    path = tmp_path / "step.json"
+    x = np.ones(1024, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel_tuner.tune_kernel("scale", C_SOURCE.replace("REPEAT", "1"), 1024, [np.zeros_like(x), x, np.int32(1024)],
+                                 {"STEP": [1, 2, 4, 8]}, lang="C", cache=str(path), quiet=True, verbose=False)
+    settings = BenchSettings(budget=4, seeds=1, strategies=("kt:random_sample", "kt:simulated_annealing"))
+    (lr,) = bench(problems_for(tmp_path, [path]), settings, progress=False)
+    assert not any(r.skipped for r in lr.results), [r.skipped for r in lr.results]
+    # four configurations, four trials: each strategy times all of them, the optimum among them
+    assert all(min(t) == lr.optimum_us for r in lr.results for t in r.traces)
+
+
 def test_import_and_export_on_the_command_line(kt_file: Path, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import-landscape", str(kt_file), "--out", str(tmp_path / "lands")]) == 0

@@ -280,3 +280,29 @@ def test_a_study_keeps_one_encoder_and_proposes_as_without_it() -> None:
     assert memo["inputs"][1] is held[1]  # the same encoder, not a new one each proposal
     assert with_memo == [propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(s))
                          for s in range(3)]
+
+
+def test_listed_rows_equal_those_made_one_at_a_time_and_others_are_still_made() -> None:
+    enc = Inputs(PARAMS)
+    enc.list_rows(GRID)
+    assert np.array_equal(enc(GRID[::-1]), Inputs(PARAMS)(GRID[::-1]))
+    other = dict(GRID[3])  # equal to a listed one, but not that object: made on its own, the same row
+    assert np.array_equal(enc([GRID[5], other]), Inputs(PARAMS)([GRID[5], GRID[3]]))
+
+
+def test_a_batch_proposes_from_one_model_of_its_timings_as_a_fresh_model_would() -> None:
+    memo: dict[str, Any] = {}
+    timed: list[tuple[Mapping[str, Value], float]] = [(c, bowl(c)) for c in GRID[::9]]
+    busy: list[Mapping[str, Value]] = []
+    batch = []
+    for s in range(4):  # one batch: the timings stay, what is being timed grows
+        pick = propose(GRID, timed, failed=[], busy=busy, params=PARAMS, rng=random.Random(s), memo=memo)
+        assert pick is not None
+        fresh: dict[str, Any] = {"scales": memo["scales"], "n": memo["n"]}  # the same length scales, no model kept
+        assert pick == propose(GRID, timed, failed=[], busy=busy, params=PARAMS, rng=random.Random(s), memo=fresh)
+        batch.append(pick)
+        busy = [*busy, pick]
+    kept = memo["model"][1]
+    timed = [*timed, *((c, bowl(c)) for c in batch)]  # the batch timed: a new model of the new timings
+    propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(9), memo=memo)
+    assert memo["model"][1] is not kept and len(memo["model"][0]) == len(timed)
