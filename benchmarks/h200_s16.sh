@@ -33,7 +33,8 @@
 #              its config and the generated code's launch;
 #   rms_tune   RMSNorm at T=1024 x H=4096 fp32 tuned again (60 trials or 40 s), whose landscape's optimum
 #              (10.01 µs) sat at Liger's 9.80 where the record trailed at 0.89x;
-#   bench      bench_kernels.py for rmsnorm.
+#   bench      bench_kernels.py for rmsnorm;
+#   tests      the gpu tests of d again, on the final tree (the dispatch's compare of the whole signature).
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
@@ -81,6 +82,9 @@ elif [ "$phase" = e ]; then
     keep
     step bench 170 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
         --targets rmsnorm --budget-s 120 --compile-budget-s 45 --out "$more/bench_kernels-cuda.json"
+    step tests 150 bash -c "python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \
+        tests/contract/test_cuda_contract.py tests/unit/test_production_call.py tests/unit/test_fastpath.py; \
+        python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_call_fake_cuda.py -k 'cuda'"
 elif [ "$phase" = c ]; then
     step glu_correct 90 python3 -m pytest -p no:cacheprovider -q -rs tests/unit/test_example_silu_gelu.py -k cuda
     step glu_tune 250 bash -c "for k in 'silu_and_mul T=16' 'silu_and_mul T=256' 'gelu_tanh_and_mul T=4' \

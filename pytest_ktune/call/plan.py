@@ -66,6 +66,7 @@ class CallPlan:
         self._dispatch: dict[tuple[Any, ...], Entry] = {}
         # The signature and entry of the last call the positional fast path served (``call``): compared first.
         self._last: tuple[tuple[Any, ...], Entry] | None = None
+        self._missed = False  # whether a call missed ``_last`` since it was last replaced
         self._entries: dict[tuple[Any, ...], Entry] = {}  # by route, key and defines
         self._file: ParamsFile | None = None
         self._target_id = ""
@@ -242,46 +243,34 @@ def call(target: Target, /, *args: Any, **kwargs: Any) -> Any:
         pf = plan._check_file()
     if kwargs or (positions := plan._positions.get(len(args))) is None:
         return plan._call(args, kwargs, pf, None)
+    parts: list[Any] = [len(args)]
     readers = READERS
-    entry: Entry | None = None
-    sig: tuple[Any, ...] = ()  # set below wherever a call gets past the try
     try:
-        # The last signature served here first: its parts compared with this call's in place, no tuple built
-        # or hashed (a server calls one shape over and over); any difference goes to the lookup below.
+        for i in positions:
+            v = args[i]
+            t = type(v)
+            parts.append(t)
+            read = readers.get(t)
+            if read is None:
+                if t in TENSORS:  # what call.torchio.layout reads, without its frame
+                    parts.append((v.dtype, v.shape, v.device, v.is_contiguous()))
+                    continue
+                read = reader(t)
+            parts.append(v if read is value else read(v))  # a scalar as it is, without the reader's frame
+        sig = tuple(parts)
+        # The last signature served here first (a server calls one shape over and over): a comparison of two
+        # tuples that share most of their parts, where the lookup hashes every part; then the lookup. The
+        # last one gives way at every second miss, so calls that alternate between signatures still find it.
         last = plan._last
-        if last is not None and (s := last[0])[0] == len(args):
-            j = 1
-            for i in positions:
-                v = args[i]
-                t = type(v)
-                if t is not s[j]:
-                    break
-                read = readers.get(t)
-                if read is None:  # a tensor (TENSORS): what call.torchio.layout reads
-                    if (v.dtype, v.shape, v.device, v.is_contiguous()) != s[j + 1]:
-                        break
-                elif (v if read is value else read(v)) != s[j + 1]:
-                    break
-                j += 2
-            else:
-                sig, entry = last
-        if entry is None:
-            parts: list[Any] = [len(args)]
-            for i in positions:
-                v = args[i]
-                t = type(v)
-                parts.append(t)
-                read = readers.get(t)
-                if read is None:
-                    if t in TENSORS:  # what call.torchio.layout reads, without its frame
-                        parts.append((v.dtype, v.shape, v.device, v.is_contiguous()))
-                        continue
-                    read = reader(t)
-                parts.append(v if read is value else read(v))  # a scalar as it is, without the reader's frame
-            sig = tuple(parts)
+        if last is not None and sig == last[0]:
+            entry: Entry | None = last[1]
+        else:
             entry = plan._dispatch.get(sig)
             if entry is not None and entry.launched:
-                plan._last = (sig, entry)
+                if last is None or plan._missed:
+                    plan._last, plan._missed = (sig, entry), False
+                else:
+                    plan._missed = True
     except (Uncacheable, AttributeError, TypeError):  # unhashable, or not an array after all
         return plan._call(args, kwargs, pf, None)
     if entry is None or entry.generation != pf.generation or not entry.launched or plan.checking:
