@@ -15,3 +15,26 @@ step() {  # NAME SECONDS COMMAND...: the command's output to $OUT/NAME.txt, stop
     { header "$@"; timeout -s INT "$limit" "$@"; echo "# exit status $?"; } > "$OUT/$name.txt" 2>&1
     tail -n "${TAIL:-3}" "$OUT/$name.txt"
 }
+scratch() {  # TAG: $more (an empty folder) and $ek (a fresh copy of the example) under /tmp/TAG-*, and `keep`,
+    # which copies the copy's params file to $OUT/ktune-params-h200-TAG.json
+    more=/tmp/$1-more && rm -rf "$more" && mkdir -p "$more"
+    ek=/tmp/$1-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
+    KEEP_AS=$OUT/ktune-params-h200-$1.json
+}
+keep() { cp "$ek/ktune-params.json" "$KEEP_AS"; }
+ncu_case() {  # CASE IMPL DIR: one Nsight Compute profile of benchmarks/ncu_cases.py's CASE and IMPL, its CSV and
+    # log in DIR, stopped after 75 s; the sections and stall metrics of issue 26's profiles, clocks left alone
+    timeout -s INT 75 ncu --clock-control none --nvtx --nvtx-include "profile/" --csv --page details \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --metrics "$(python3 benchmarks/ncu_cases.py metrics)" python3 benchmarks/ncu_cases.py run "$1" "$2" \
+        > "$3/$1--$2.csv" 2> "$3/$1--$2.log"
+}
+session() {  # TAG PHASE PHASES...: a session script's start: PHASE must be one of PHASES; Triton's interpreter
+    # off, four lines of each step's log echoed, and `scratch TAG` with keep writing ktune-params-h200-TAGPHASE.json
+    local tag=$1 phase=$2; shift 2
+    case " $* " in *" $phase "*) ;; *) echo "usage: h200_$tag.sh $(IFS='|'; echo "$*")"; exit 2 ;; esac
+    unset TRITON_INTERPRET
+    TAIL=4
+    scratch "$tag"
+    KEEP_AS=$OUT/ktune-params-h200-$tag$phase.json
+}

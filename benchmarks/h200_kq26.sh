@@ -12,9 +12,7 @@ set -uo pipefail
 TAIL=4
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-more=/tmp/kq26-more && rm -rf "$more" && mkdir -p "$more"
-ek=/tmp/kq26-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
-keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-kq26.json"; }
+scratch kq26  # $more, $ek (/tmp/kq26-*); keep writes $OUT/ktune-params-h200-kq26.json
 
 # RMSNorm on CUDA: the target's correctness items; every class of configuration against the reference
 # and the recorded configurations bit for bit against the kernel before ROWS, CACHE and REDUCE.

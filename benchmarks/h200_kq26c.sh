@@ -13,9 +13,7 @@ set -uo pipefail
 TAIL=4
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-more=/tmp/kq26c-more && rm -rf "$more" && mkdir -p "$more"
-ek=/tmp/kq26c-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
-keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-kq26c.json"; }
+scratch kq26c  # $more, $ek (/tmp/kq26c-*); keep writes $OUT/ktune-params-h200-kq26c.json
 
 # On CUDA: the target's 9 correctness items (the recorded parameters, completed with the old kernel's values
 # of ROWS, CACHE, REDUCE and PREFETCH); every class of configuration against the reference at odd and

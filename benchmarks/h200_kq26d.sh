@@ -12,9 +12,7 @@ set -uo pipefail
 TAIL=4
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-more=/tmp/kq26d-more && rm -rf "$more" && mkdir -p "$more"
-ek=/tmp/kq26d-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
-keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-kq26d.json"; }
+scratch kq26d  # $more, $ek (/tmp/kq26d-*); keep writes $OUT/ktune-params-h200-kq26d.json
 
 # On CUDA: the two targets' correctness items (the recorded parameters, completed with the old kernel's
 # values of ROWS, FAST and GRID); every class of configuration against the reference at odd and declared

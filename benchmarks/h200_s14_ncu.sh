@@ -12,14 +12,10 @@ source benchmarks/_device.sh
 unset TRITON_INTERPRET
 mkdir -p "$OUT/ncu"
 ncu --version | tail -n 1 > "$OUT/ncu/version.txt"
-metrics=$(python3 benchmarks/ncu_cases.py metrics)
 python3 benchmarks/ncu_cases.py list | while read -r case impls; do
     for impl in $impls; do
         start=$(date +%s)
-        timeout -s INT 75 ncu --clock-control none --nvtx --nvtx-include "profile/" --csv --page details \
-            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --metrics "$metrics" python3 benchmarks/ncu_cases.py run "$case" "$impl" \
-            > "$OUT/ncu/$case--$impl.csv" 2> "$OUT/ncu/$case--$impl.log"
+        ncu_case "$case" "$impl" "$OUT/ncu"
         echo "$case $impl: exit $? in $(( $(date +%s) - start )) s"
     done
 done

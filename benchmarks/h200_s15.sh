@@ -25,14 +25,10 @@
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s15.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
-TAIL=4
-phase=${1:?usage: h200_s15.sh a|b|c|d|e}
+phase=${1:-}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-unset TRITON_INTERPRET
-more=/tmp/s15-more && rm -rf "$more" && mkdir -p "$more"
-ek=/tmp/s15-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
-keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-s15$phase.json"; }
+session s15 "$phase" a b c d e  # $more, $ek (/tmp/s15-*); keep writes $OUT/ktune-params-h200-s15$phase.json
 if [ "$phase" = a ]; then
     step rms_correct 110 bash -c "python3 -m pytest -p no:cacheprovider --ktune --ktune-backend=cuda $ek \
         -k 'rmsnorm and correct and not fused and not triton' -q -rs; python3 -m pytest -p no:cacheprovider -q -rs \

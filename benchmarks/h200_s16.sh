@@ -39,14 +39,10 @@
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
-TAIL=4
-phase=${1:?usage: h200_s16.sh a|b|c|d|e}
+phase=${1:-}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-unset TRITON_INTERPRET
-more=/tmp/s16-more && rm -rf "$more" && mkdir -p "$more"
-ek=/tmp/s16-ek && rm -rf "$ek" && cp -r example_project "$ek" && rm -rf "$ek/.ktune"
-keep() { cp "$ek/ktune-params.json" "$OUT/ktune-params-h200-s16$phase.json"; }
+session s16 "$phase" a b c d e  # $more, $ek (/tmp/s16-*); keep writes $OUT/ktune-params-h200-s16$phase.json
 if [ "$phase" = a ]; then
     step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
     step call 150 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --no-compile --out $more; \
@@ -65,13 +61,9 @@ elif [ "$phase" = d ]; then
         -k "(silu or gelu) and not triton"
     step call 120 python3 benchmarks/production_call.py --calls 1000 --repeats 15 --no-compile --out "$more"
     mkdir -p "$more/ncu"
-    metrics=$(python3 benchmarks/ncu_cases.py metrics)
     case=silu_and_mul-T256-I14336-float16
     for impl in ours liger compile; do
-        timeout -s INT 75 ncu --clock-control none --nvtx --nvtx-include "profile/" --csv --page details \
-            --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-            --metrics "$metrics" python3 benchmarks/ncu_cases.py run "$case" "$impl" \
-            > "$more/ncu/$case--$impl.csv" 2> "$more/ncu/$case--$impl.log"
+        ncu_case "$case" "$impl" "$more/ncu"
         echo "$case $impl: exit $?"
     done
     python3 benchmarks/ncu_cases.py table "$more"/ncu/*.csv --out "$more/ncu.md"
