@@ -35,14 +35,16 @@
 #              (10.01 µs) sat at Liger's 9.80 where the record trailed at 0.89x;
 #   bench      bench_kernels.py for rmsnorm;
 #   tests      the gpu tests of d again, on the final tree (the dispatch's compare of the whole signature).
+# Phase f: the README's main command on the final tree, `pytest --ktune example_project` (every target, CUDA
+# and Triton, correctness and the perf gate on the merged records).
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
-# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d|e   (the wheels in .whl/, Liger-Kernel's among them)
+# Usage: OUT=DIR bash benchmarks/h200_s16.sh a|b|c|d|e|f   (the wheels in .whl/, Liger-Kernel's among them)
 set -uo pipefail
 phase=${1:-}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-session s16 "$phase" a b c d e  # $more, $ek (/tmp/s16-*); keep writes $OUT/ktune-params-h200-s16$phase.json
+session s16 "$phase" a b c d e f  # $more, $ek (/tmp/s16-*); keep writes $OUT/ktune-params-h200-s16$phase.json
 if [ "$phase" = a ]; then
     step probe 200 python3 benchmarks/call_breakdown.py --calls 2000 --repeats 5 --compiled-only --out "$more"
     step call 150 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --no-compile --out $more; \
@@ -67,6 +69,8 @@ elif [ "$phase" = d ]; then
         echo "$case $impl: exit $?"
     done
     python3 benchmarks/ncu_cases.py table "$more"/ncu/*.csv --out "$more/ncu.md"
+elif [ "$phase" = f ]; then
+    step example 170 python3 -m pytest -p no:cacheprovider --ktune "$ek" -q -rs
 elif [ "$phase" = e ]; then
     step inductor 90 python3 benchmarks/inductor_pdl.py
     step rms_tune 90 python3 -m pytest_ktune.cli tune rmsnorm --root "$ek" --backend cuda --key T=1024 \
