@@ -127,6 +127,27 @@ def test_calls_that_alternate_between_two_signatures_each_get_their_own_kernel(
     assert module.CALLS == {"key": 3, "defines": 3}
 
 
+def test_the_last_signature_gives_way_to_a_second_miss_not_a_first(setup: tuple[ModuleType, Any]) -> None:
+    module, q = setup
+    x, half = _x(q), _x(q, 50)
+    module.scale(x)
+    module.scale(x)
+    plan = module.scale._plan
+
+    def last_rows() -> int:
+        return int(plan._last[0][2][1][0])  # the signature's x: (type, (dtype, shape, strides, queue))
+
+    assert last_rows() == 100
+    module.scale(half)  # a new signature: the first call's way
+    module.scale(half)  # a first miss, found by the lookup: the last one kept
+    assert last_rows() == 100
+    module.scale(half)  # a second: the last one is half's now
+    assert last_rows() == 50
+    module.scale(x)
+    assert last_rows() == 50
+    np.testing.assert_array_equal(module.scale(half).get(), half.get() * 3)
+
+
 def test_after_a_good_call_bad_arguments_are_still_refused_naming_them(setup: tuple[ModuleType, Any]) -> None:
     module, q = setup
     module.scale(_x(q))
