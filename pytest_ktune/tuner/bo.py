@@ -104,6 +104,7 @@ class GaussianProcess:
         self.params = int(self.columns.max()) + 1 if len(self.columns) else 0
         self.noise = noise
         self._d2 = _sq_dist(x, x, self.columns, self.params)
+        self._chol_inv: np.ndarray | None = None  # the factor's inverse, made when first needed (``predict``)
         self.scales = np.ones(self.params)
         if scales is not None and len(scales) == self.params:  # length scales chosen before, kept
             self.scales = np.asarray(scales, float)
@@ -111,6 +112,19 @@ class GaussianProcess:
             self._chol, self._alpha = chol[0], alpha[0]
         else:
             self._chol, self._alpha = self._fit()
+
+    @classmethod
+    def on(cls, factor: Factor, y: np.ndarray) -> GaussianProcess:
+        """The model of ``y`` (one per input of ``factor``, in its order) with the factor's length scales."""
+        gp = cls.__new__(cls)
+        gp.x, gp.columns, gp.noise, gp.scales = factor.x, factor.columns, factor.noise, factor.scales
+        gp.params = int(gp.columns.max()) + 1 if len(gp.columns) else 0
+        gp.mean = float(y.mean())
+        gp.std = float(y.std()) or 1.0
+        gp.y = (y - gp.mean) / gp.std
+        gp._chol, gp._chol_inv = factor.chol, factor.chol_inv
+        gp._alpha = factor.chol_inv.T @ (factor.chol_inv @ gp.y)  # K^-1 y, as L^-T L^-1 y
+        return gp
 
     def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
@@ -145,18 +159,79 @@ class GaussianProcess:
         _, chol, alpha = self._evidence(best[None, :])
         return chol[0], alpha[0]
 
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The standardised mean and standard deviation at ``x``."""
+    def _cross(self, x: np.ndarray) -> np.ndarray:
+        """The kernel between ``x`` and the model's inputs."""
         # with the length scales known, the scaled squared distance is a plain one between scaled inputs:
         # one product of matrices instead of one slice per parameter
         inv = 1.0 / self.scales[self.columns] if len(self.columns) else np.ones(0)
         a, b = x * inv, self.x * inv
         r2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
-        ks = _matern52(r2)
+        return _matern52(r2)
+
+    def mean_at(self, x: np.ndarray) -> np.ndarray:
+        """The standardised mean at ``x`` (``predict``'s, without the deviation)."""
+        out: np.ndarray = self._cross(x) @ self._alpha
+        return out
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The standardised mean and standard deviation at ``x``."""
+        ks = self._cross(x)
         mu = ks @ self._alpha
-        v = np.linalg.solve(self._chol, ks.T)
+        if self._chol_inv is not None or len(x) > len(self.x):
+            # More candidates than timings (the explore arm scores a thousand): one product with the
+            # factor's inverse, made once per model, costs a fifth of solving against the factor for
+            # every candidate (numpy has no triangular solver: its general one factorises again).
+            if self._chol_inv is None:
+                self._chol_inv = np.linalg.inv(self._chol)
+            v = self._chol_inv @ ks.T
+        else:
+            v = np.linalg.solve(self._chol, ks.T)
         var = np.maximum(1.0 - (v * v).sum(0), 1e-12)
         return mu, np.sqrt(var)
+
+
+
+class Factor:
+    """The Cholesky factor of the kernel matrix (plus noise) of some model inputs, with its inverse, for
+    length scales that are kept: grown by a few inputs at a time instead of made again.
+
+    A proposal's model has the previous one's inputs and a few more (the batch just timed, the
+    configurations it believes): with the scales kept, the factor of the larger matrix begins with
+    the smaller one's, and only its new rows are computed, O(n² p) for p new inputs instead of
+    O(n³) (``grown``). ``keys`` names each input's configuration, in the factor's order."""
+
+    def __init__(self, x: np.ndarray, keys: Sequence[str], scales: np.ndarray, columns: np.ndarray, *,
+                 noise: float, chol: np.ndarray, chol_inv: np.ndarray | None = None) -> None:
+        self.x = x
+        self.keys = list(keys)
+        self.scales = scales
+        self.columns = columns
+        self.noise = noise
+        self.chol = chol
+        self.chol_inv = np.linalg.inv(chol) if chol_inv is None else chol_inv
+
+    def kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The kernel between the rows of ``a`` and those of ``b``."""
+        inv = 1.0 / self.scales[self.columns] if len(self.columns) else np.ones(0)
+        a, b = a * inv, b * inv
+        return _matern52(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0))
+
+    def grown(self, x: np.ndarray, keys: Sequence[str]) -> Factor:
+        """The factor with the inputs ``x`` (named ``keys``) added after these."""
+        k_new = self.kernel(self.x, x)
+        b = self.chol_inv @ k_new  # the new rows' part below the old factor: L^-1 k
+        k_nn = self.kernel(x, x)
+        np.fill_diagonal(k_nn, 1.0)  # a point's distance to itself is 0, not the rounding of the expansion
+        tail = np.linalg.cholesky(k_nn + self.noise * np.eye(len(x)) - b.T @ b)
+        tail_inv = np.linalg.inv(tail)
+        n, p = len(self.x), len(x)
+        chol = np.zeros((n + p, n + p))
+        chol[:n, :n], chol[n:, :n], chol[n:, n:] = self.chol, b.T, tail
+        chol_inv = np.zeros((n + p, n + p))
+        chol_inv[:n, :n], chol_inv[n:, n:] = self.chol_inv, tail_inv
+        chol_inv[n:, :n] = -tail_inv @ b.T @ self.chol_inv
+        return Factor(np.vstack([self.x, x]), [*self.keys, *keys], self.scales, self.columns, noise=self.noise,
+                      chol=chol, chol_inv=chol_inv)
 
 
 def alignments(values: Sequence[Value]) -> list[float] | None:
@@ -298,6 +373,33 @@ class Fitted:
         return expected_improvement(mu, sd, self.best)
 
 
+FACTORS_KEPT = 3  # the latest factors a study's memo keeps to grow the next model from (``_grow``)
+
+
+def _keep(memo: dict[str, Any], factor: Factor) -> None:
+    memo["factors"] = [*memo.get("factors", [])[-(FACTORS_KEPT - 1):], factor]
+
+
+def _grow(memo: dict[str, Any], points: Sequence[tuple[Mapping[str, Value], float]],
+          signature: Sequence[tuple[str, float]], encode: Inputs) -> GaussianProcess:
+    """The model of ``points`` (named as in ``signature``) with the memo's length scales, grown from the
+    largest factor kept whose inputs are all among them (made afresh where none is)."""
+    scales = memo["scales"]
+    y_of = dict(signature)
+    base = max((f for f in memo.get("factors", []) if f.scales is scales and y_of.keys() >= set(f.keys)),
+               key=lambda f: len(f.keys), default=None)
+    if base is None:
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                             scales=scales)
+        factor = Factor(gp.x, [k for k, _ in signature], gp.scales, gp.columns, noise=gp.noise, chol=gp._chol)
+    else:
+        had = set(base.keys)
+        new = [(c, k) for (c, _), (k, _) in zip(points, signature, strict=True) if k not in had]
+        factor = base.grown(encode([c for c, _ in new]), [k for _, k in new]) if new else base
+    _keep(memo, factor)
+    return GaussianProcess.on(factor, np.asarray([y_of[k] for k in factor.keys]))
+
+
 def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
         busy: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]],
         memo: dict[str, Any] | None = None, key: Callable[[Mapping[str, Value]], str] = config_key) -> Fitted | None:
@@ -325,24 +427,30 @@ def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[
         gp: GaussianProcess = last[1]
     else:
         kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
-        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                             scales=kept)
+        if memo is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+        elif kept is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+            memo.update(n=len(points), scales=gp.scales)
+            _keep(memo, Factor(gp.x, [k for k, _ in signature], gp.scales, gp.columns, noise=gp.noise, chol=gp._chol))
+        else:
+            gp = _grow(memo, points, signature, encode)
         if memo is not None:
-            if kept is None:
-                memo.update(n=len(points), scales=gp.scales)
             memo["model"] = (signature, gp)
-    best = float(gp.y[: len(seen)].min())
+    best = (min(y for _, y in seen.values()) - gp.mean) / gp.std
     pending = [c for c in busy if key(c) not in seen]
     if pending:
         # Kriging believer: a configuration being timed counts as what the model expects of it, so the
         # next proposal of a batch goes where the model still expects something new.
-        mu_p, _ = gp.predict(encode(pending))
-        believed = list(mu_p * gp.std + gp.mean)
+        believed = list(gp.mean_at(encode(pending)) * gp.std + gp.mean)
         points += list(zip(pending, believed, strict=True))
-        refit = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                                scales=gp.scales)
-        best = float(refit.y[: len(seen)].min())
-        gp = refit
+        signature += [(key(c), y) for c, y in zip(pending, believed, strict=True)]
+        if memo is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                                 scales=gp.scales)
+        else:
+            gp = _grow(memo, points, signature, encode)
+        best = (min(y for _, y in seen.values()) - gp.mean) / gp.std
     return Fitted(gp, encode, best, min(seen.values(), key=lambda cy: cy[1])[0])
 
 
