@@ -262,6 +262,7 @@ class Inputs:
         self.columns: list[int] = []
         self._where: list[dict[Value, list[float]]] = []
         extra: list[int] = []  # the parameters that have an alignment input, in order
+        self._distinct = all(len(set(values)) == len(values) for values in params.values())
         for p, values in enumerate(params.values()):
             numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             if numeric:
@@ -297,11 +298,20 @@ class Inputs:
         self._listed_at: dict[int, int] = {}
         self._table = np.zeros((0, len(self.columns)))
 
-    def list_rows(self, configs: Sequence[Mapping[str, Value]]) -> None:
+    def list_rows(self, configs: Sequence[Mapping[str, Value]], pos: np.ndarray | None = None) -> None:
         """Make the rows of ``configs`` (a study's feasible configurations, which it keeps) all at once, so
-        that a proposal that scores hundreds of them takes their rows from one array."""
+        that a proposal that scores hundreds of them takes their rows from one array. ``pos``: their
+        value positions (``Positions.pos``, made for the same parameters), from which the rows are
+        looked up a parameter at a time instead of a configuration at a time."""
         self._listed = configs  # held, so that no other configuration can have one of their ids
         self._listed_at = {id(c): i for i, c in enumerate(configs)}
+        if pos is not None and len(configs) and self._distinct:
+            # Positions numbers a numeric parameter's values in sorted order and a categorical one's in
+            # the listed order, as ``_where`` is made (values that are not distinct are numbered otherwise)
+            parts = [np.asarray(list(where.values()), float)[pos[:, p].astype(int)]
+                     for p, where in enumerate(self._where)]
+            self._table = np.hstack(parts).reshape(len(configs), len(self.columns))
+            return
         self._table = np.asarray([[x for name, where in zip(self.names, self._where, strict=True)
                                    for x in where[c[name]]] for c in configs], float).reshape(len(configs),
                                                                                              len(self.columns))
@@ -325,13 +335,51 @@ class Inputs:
         return np.stack([self._row(c) for c in configs]).reshape(len(configs), len(self.columns))
 
 
+class ValueKeys:
+    """``config_key``, the same string, for configurations of a space's own values: joined from each
+    value's piece of it, encoded once per value. Encoding each of a study's thousands of feasible
+    configurations whole cost more than the rest of its sampler's set-up. A configuration of other
+    values (another parameter, a value not listed, an int where the list has a float) is encoded
+    whole, as ``config_key`` does."""
+
+    def __init__(self, params: Mapping[str, Sequence[Value]]) -> None:
+        self.names = sorted(params)  # config_key's order: sorted by name
+        self._pieces: dict[str, dict[Value, tuple[type, str]]] = {}
+        for name in self.names:
+            values = params[name]
+            try:
+                # values equal across types (1, 1.0, True) would share one piece: such a parameter's are
+                # always encoded whole
+                distinct = len(set(values)) == len({(type(v), v) for v in values})
+            except TypeError:  # a value that cannot be hashed
+                distinct = False
+            self._pieces[name] = {v: (type(v), config_key({name: v})[1:-1]) for v in values
+                                  if type(v) in (int, float, str, bool)} if distinct else {}
+
+    def __call__(self, config: Mapping[str, Value]) -> str:
+        if len(config) != len(self.names):
+            return config_key(config)
+        parts = []
+        for name in self.names:
+            if name not in config:
+                return config_key(config)
+            value = config[name]
+            hit = self._pieces[name].get(value) if type(value) in (int, float, str, bool) else None
+            if hit is None or hit[0] is not type(value):
+                return config_key(config)
+            parts.append(hit[1])
+        return "{" + ", ".join(parts) + "}"
+
+
 class Positions:
     """The feasible configurations as rows of value positions, so that steps are counted for all of
     them at once (a space of thousands of configurations is searched a hundred times in a tune)."""
 
-    def __init__(self, feasible: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]]) -> None:
+    def __init__(self, feasible: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]],
+                 key: Callable[[Mapping[str, Value]], str] | None = None) -> None:
+        """``key``: ``config_key``, or a faster function of the same strings (``ValueKeys``, by default)."""
         self.feasible = list(feasible)
-        self.keys = [config_key(c) for c in self.feasible]
+        self.keys = list(map(key or ValueKeys(params), self.feasible))
         names = list(params)
         self.numeric = np.asarray([all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params[n])
                                    for n in names], bool)
@@ -497,14 +545,16 @@ class KeyCache:
     """``config_key``, remembered for configurations the caller keeps (the same object asked again
     gets the key made the first time): a sampler asks for the keys of every trial at each proposal."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: Callable[[Mapping[str, Value]], str] = config_key) -> None:
+        """``key``: ``config_key``, or a faster function of the same strings (``ValueKeys``)."""
+        self._key = key
         self._by_id: dict[int, tuple[Mapping[str, Value], str]] = {}
 
     def __call__(self, config: Mapping[str, Value]) -> str:
         hit = self._by_id.get(id(config))
         if hit is not None and hit[0] is config:
             return hit[1]
-        k = config_key(config)
+        k = self._key(config)
         self._by_id[id(config)] = (config, k)
         return k
 
@@ -522,14 +572,15 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.feasible = list(feasible)
         self.params: Mapping[str, Sequence[Value]] = encoding.values
         self.rng = random.Random(seed)
-        self.positions = Positions(self.feasible, self.params) if self.feasible else None
+        keys = ValueKeys(self.params)
+        self.positions = Positions(self.feasible, self.params, keys) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
-        self.key = KeyCache()  # configuration keys, made once per configuration
+        self.key = KeyCache(keys)  # configuration keys, made once per configuration
         self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
-        if self.feasible:  # every feasible configuration's model inputs, made once (``Inputs.list_rows``)
+        if self.positions is not None:  # every feasible configuration's model inputs, made once (``Inputs.list_rows``)
             inputs = Inputs(self.params)
-            inputs.list_rows(self.feasible)
+            inputs.list_rows(self.feasible, self.positions.pos)
             self.memo["inputs"] = (self.params, inputs)
         self.portfolio: Portfolio | None = None  # ``tuner.portfolio``: made for a study that starts from nothing
 

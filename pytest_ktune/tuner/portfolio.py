@@ -101,7 +101,8 @@ class Portfolio:
         caller measures from the same rows many times."""
         d = np.abs((self.unit[rows] if units is None else units) - to)
         cat = ~self.positions.numeric
-        d[:, cat] = d[:, cat] > 0
+        if cat.any():  # a space of numbers alone (the most) spares the copy of no columns
+            d[:, cat] = d[:, cat] > 0
         out: np.ndarray = d.sum(1)
         return out
 

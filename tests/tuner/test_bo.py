@@ -19,6 +19,8 @@ from pytest_ktune.tuner.bo import (
     Factor,
     GaussianProcess,
     Inputs,
+    Positions,
+    ValueKeys,
     alignments,
     expected_improvement,
     fit,
@@ -362,3 +364,25 @@ def test_a_study_grows_its_model_and_predicts_as_a_model_made_afresh(monkeypatch
     others = [c for c in GRID if c not in busy]
     for a, b in zip(model.gp.predict(model.encode(others)), fresh.gp.predict(fresh.encode(others)), strict=True):
         assert np.allclose(a, b, atol=1e-8)
+
+
+def test_value_keys_are_config_keys_and_other_configurations_are_encoded_whole() -> None:
+    params: dict[str, list[Value]] = {"BLOCK": [32, 64], "SCALE": [0.5, 1.0], "LAYOUT": ["row", "col"],
+                                      "FAST": [True, False], "MIXED": [1, True]}
+    keys = ValueKeys(params)
+    grid = [dict(zip(params, v, strict=True)) for v in itertools.product(*params.values())]
+    assert [keys(c) for c in grid] == [config_key(c) for c in grid]
+    assert keys({**grid[0], "SCALE": 1}) == config_key({**grid[0], "SCALE": 1})  # an int where a float is listed
+    assert keys({**grid[0], "BLOCK": 96}) == config_key({**grid[0], "BLOCK": 96})  # a value not listed
+    assert keys({"BLOCK": 32}) == config_key({"BLOCK": 32})
+
+
+def test_listed_rows_from_positions_equal_those_made_from_the_configurations() -> None:
+    params: dict[str, list[Value]] = {"BLOCK": [96, 32, 64], "LAYOUT": ["row", "col"], "VEC": [4, 1, 2]}
+    grid = [dict(zip(params, v, strict=True)) for v in itertools.product(*params.values())]
+    at = Positions(grid, params)
+    by_rows, by_positions = Inputs(params), Inputs(params)
+    by_rows.list_rows(grid)
+    by_positions.list_rows(grid, at.pos)
+    assert np.array_equal(by_positions(grid), by_rows(grid))
+    assert at.keys == [config_key(c) for c in grid]
