@@ -147,17 +147,28 @@ class GaussianProcess:
             self.scales = grid[i]
             return chol[i], alpha[i]
         best = np.full(self.params, scales[len(scales) // 2])
+        held: tuple[float, np.ndarray, np.ndarray] | None = None  # the evidence, factor and weights of ``best``
         for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
             for p in range(self.params):
                 if not self._d2[p].any():
                     continue  # a parameter that does not vary among the timings: its scale changes nothing
                 grid = np.repeat(best[None, :], len(scales), 0)
                 grid[:, p] = scales
-                ev, _, _ = self._evidence(grid)
-                best = grid[int(np.argmax(ev))]
+                # one row of the grid is ``best`` itself, whose evidence is known after the first
+                # parameter: only the others are computed (each row's on its own, so the same numbers)
+                at = int(np.flatnonzero(scales == best[p])[0]) if held is not None else -1
+                ev, chol, alpha = self._evidence(np.delete(grid, at, 0) if at >= 0 else grid)
+                if held is not None:
+                    ev = np.insert(ev, at, held[0])
+                    chol = np.insert(chol, at, held[1], axis=0)
+                    alpha = np.insert(alpha, at, held[2], axis=0)
+                i = int(np.argmax(ev))
+                best, held = grid[i], (float(ev[i]), chol[i], alpha[i])
         self.scales = best
-        _, chol, alpha = self._evidence(best[None, :])
-        return chol[0], alpha[0]
+        if held is None:  # no parameter varies among the timings
+            _, chol, alpha = self._evidence(best[None, :])
+            return chol[0], alpha[0]
+        return held[1], held[2]
 
     def _cross(self, x: np.ndarray) -> np.ndarray:
         """The kernel between ``x`` and the model's inputs."""
