@@ -92,6 +92,8 @@ class Portfolio:
         self.dims = max(1, sum(len(ix) > 1 for ix in at.index))  # the parameters that can change
         self.start = min(start_size(self.dims), len(at.feasible))
         self.population = max(2, round(math.log(max(len(at.feasible), 2))))
+        # each feasible row by its value positions: a child that lands on one needs no distances measured
+        self.row_at = {tuple(r): i for i, r in enumerate(np.rint(at.pos).astype(int).tolist())}
 
     # -- the arms ----------------------------------------------------------------------------------
 
@@ -130,11 +132,14 @@ class Portfolio:
     def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
         """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
         units = self.unit[untried]
-        children = sorted({self._child(untried, ranked, units) for _ in range(self.dims)})
+        free = np.zeros(len(self.positions.feasible), bool)
+        free[untried] = True
+        children = sorted({self._child(untried, ranked, units, free) for _ in range(self.dims)})
         return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
 
-    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None) -> int:
-        """The untried row nearest a child of two good parents."""
+    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None,
+               free: np.ndarray | None = None) -> int:
+        """The untried row nearest a child of two good parents (``free``: whether each row is untried)."""
         pool = list(ranked[: self.population])
 
         def parent() -> int:
@@ -150,6 +155,15 @@ class Portfolio:
                     child[j] = min(max(child[j] + self.rng.choice((-step, step)), 0.0), 1.0)
                 else:
                     child[j] = self.rng.randrange(len(ix)) / self.span[j]
+        # A child at an untried row (up to the rounding of a mutation's step) is nearest itself alone:
+        # every other row is a whole step or more away. The draw among the nearest is made all the same,
+        # so that the generator goes on as it would have.
+        at = child * self.span
+        row = self.row_at.get(tuple(np.rint(at).astype(int).tolist())) if free is not None and \
+            np.abs(at - np.rint(at)).max() < 1e-6 else None
+        if row is not None and free is not None and free[row]:
+            self.rng.randrange(1)
+            return row
         dist = self._distance(untried, child, units)
         best = np.flatnonzero(dist == dist.min())
         return int(untried[best[self.rng.randrange(len(best))]])
