@@ -66,7 +66,14 @@ FULL_GRID_UP_TO = 3  # parameters; above that, length scales are chosen one para
 def _matern52(r2: np.ndarray) -> np.ndarray:
     """The Matérn 5/2 kernel of squared scaled distances."""
     s = np.sqrt(5.0 * r2)
-    out: np.ndarray = (1.0 + s + s * s / 3.0) * np.exp(-s)
+    # (1 + s + s² / 3) e^-s, the same operations in the same order, in two arrays instead of six
+    out: np.ndarray = 1.0 + s
+    sq = s * s
+    sq /= 3.0
+    out += sq
+    np.negative(s, out=s)
+    np.exp(s, out=s)
+    out *= s
     return out
 
 
@@ -104,6 +111,7 @@ class GaussianProcess:
         self.params = int(self.columns.max()) + 1 if len(self.columns) else 0
         self.noise = noise
         self._d2 = _sq_dist(x, x, self.columns, self.params)
+        self._chol_inv: np.ndarray | None = None  # the factor's inverse, made when first needed (``predict``)
         self.scales = np.ones(self.params)
         if scales is not None and len(scales) == self.params:  # length scales chosen before, kept
             self.scales = np.asarray(scales, float)
@@ -111,6 +119,19 @@ class GaussianProcess:
             self._chol, self._alpha = chol[0], alpha[0]
         else:
             self._chol, self._alpha = self._fit()
+
+    @classmethod
+    def on(cls, factor: Factor, y: np.ndarray) -> GaussianProcess:
+        """The model of ``y`` (one per input of ``factor``, in its order) with the factor's length scales."""
+        gp = cls.__new__(cls)
+        gp.x, gp.columns, gp.noise, gp.scales = factor.x, factor.columns, factor.noise, factor.scales
+        gp.params = int(gp.columns.max()) + 1 if len(gp.columns) else 0
+        gp.mean = float(y.mean())
+        gp.std = float(y.std()) or 1.0
+        gp.y = (y - gp.mean) / gp.std
+        gp._chol, gp._chol_inv = factor.chol, factor.chol_inv
+        gp._alpha = factor.chol_inv.T @ (factor.chol_inv @ gp.y)  # K^-1 y, as L^-T L^-1 y
+        return gp
 
     def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
@@ -133,30 +154,107 @@ class GaussianProcess:
             self.scales = grid[i]
             return chol[i], alpha[i]
         best = np.full(self.params, scales[len(scales) // 2])
+        held: tuple[float, np.ndarray, np.ndarray] | None = None  # the evidence, factor and weights of ``best``
+        others_at: dict[int, list[float]] = {}  # each parameter's grid, last chosen on: the scales of the others
         for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
             for p in range(self.params):
                 if not self._d2[p].any():
                     continue  # a parameter that does not vary among the timings: its scale changes nothing
+                others = [*best[:p], *best[p + 1:]]
+                if others_at.get(p) == others:
+                    continue  # the others' scales as when this one's was chosen: the same grid, the same choice
+                others_at[p] = others
                 grid = np.repeat(best[None, :], len(scales), 0)
                 grid[:, p] = scales
-                ev, _, _ = self._evidence(grid)
-                best = grid[int(np.argmax(ev))]
+                # one row of the grid is ``best`` itself, whose evidence is known after the first
+                # parameter: only the others are computed (each row's on its own, so the same numbers)
+                at = int(np.flatnonzero(scales == best[p])[0]) if held is not None else -1
+                ev, chol, alpha = self._evidence(np.delete(grid, at, 0) if at >= 0 else grid)
+                if held is not None:
+                    ev = np.insert(ev, at, held[0])
+                    chol = np.insert(chol, at, held[1], axis=0)
+                    alpha = np.insert(alpha, at, held[2], axis=0)
+                i = int(np.argmax(ev))
+                best, held = grid[i], (float(ev[i]), chol[i], alpha[i])
         self.scales = best
-        _, chol, alpha = self._evidence(best[None, :])
-        return chol[0], alpha[0]
+        if held is None:  # no parameter varies among the timings
+            _, chol, alpha = self._evidence(best[None, :])
+            return chol[0], alpha[0]
+        return held[1], held[2]
 
-    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The standardised mean and standard deviation at ``x``."""
+    def _cross(self, x: np.ndarray) -> np.ndarray:
+        """The kernel between ``x`` and the model's inputs."""
         # with the length scales known, the scaled squared distance is a plain one between scaled inputs:
         # one product of matrices instead of one slice per parameter
         inv = 1.0 / self.scales[self.columns] if len(self.columns) else np.ones(0)
         a, b = x * inv, self.x * inv
         r2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0)
-        ks = _matern52(r2)
+        return _matern52(r2)
+
+    def mean_at(self, x: np.ndarray) -> np.ndarray:
+        """The standardised mean at ``x`` (``predict``'s, without the deviation)."""
+        out: np.ndarray = self._cross(x) @ self._alpha
+        return out
+
+    def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The standardised mean and standard deviation at ``x``."""
+        ks = self._cross(x)
         mu = ks @ self._alpha
-        v = np.linalg.solve(self._chol, ks.T)
+        if self._chol_inv is not None or len(x) > len(self.x):
+            # More candidates than timings (the explore arm scores a thousand): one product with the
+            # factor's inverse, made once per model, costs a fifth of solving against the factor for
+            # every candidate (numpy has no triangular solver: its general one factorises again).
+            if self._chol_inv is None:
+                self._chol_inv = np.linalg.inv(self._chol)
+            v = self._chol_inv @ ks.T
+        else:
+            v = np.linalg.solve(self._chol, ks.T)
         var = np.maximum(1.0 - (v * v).sum(0), 1e-12)
         return mu, np.sqrt(var)
+
+
+
+class Factor:
+    """The Cholesky factor of the kernel matrix (plus noise) of some model inputs, with its inverse, for
+    length scales that are kept: grown by a few inputs at a time instead of made again.
+
+    A proposal's model has the previous one's inputs and a few more (the batch just timed, the
+    configurations it believes): with the scales kept, the factor of the larger matrix begins with
+    the smaller one's, and only its new rows are computed, O(n² p) for p new inputs instead of
+    O(n³) (``grown``). ``keys`` names each input's configuration, in the factor's order."""
+
+    def __init__(self, x: np.ndarray, keys: Sequence[str], scales: np.ndarray, columns: np.ndarray, *,
+                 noise: float, chol: np.ndarray, chol_inv: np.ndarray | None = None) -> None:
+        self.x = x
+        self.keys = list(keys)
+        self.scales = scales
+        self.columns = columns
+        self.noise = noise
+        self.chol = chol
+        self.chol_inv = np.linalg.inv(chol) if chol_inv is None else chol_inv
+
+    def kernel(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The kernel between the rows of ``a`` and those of ``b``."""
+        inv = 1.0 / self.scales[self.columns] if len(self.columns) else np.ones(0)
+        a, b = a * inv, b * inv
+        return _matern52(np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T, 0.0))
+
+    def grown(self, x: np.ndarray, keys: Sequence[str]) -> Factor:
+        """The factor with the inputs ``x`` (named ``keys``) added after these."""
+        k_new = self.kernel(self.x, x)
+        b = self.chol_inv @ k_new  # the new rows' part below the old factor: L^-1 k
+        k_nn = self.kernel(x, x)
+        np.fill_diagonal(k_nn, 1.0)  # a point's distance to itself is 0, not the rounding of the expansion
+        tail = np.linalg.cholesky(k_nn + self.noise * np.eye(len(x)) - b.T @ b)
+        tail_inv = np.linalg.inv(tail)
+        n, p = len(self.x), len(x)
+        chol = np.zeros((n + p, n + p))
+        chol[:n, :n], chol[n:, :n], chol[n:, n:] = self.chol, b.T, tail
+        chol_inv = np.zeros((n + p, n + p))
+        chol_inv[:n, :n], chol_inv[n:, n:] = self.chol_inv, tail_inv
+        chol_inv[n:, :n] = -tail_inv @ b.T @ self.chol_inv
+        return Factor(np.vstack([self.x, x]), [*self.keys, *keys], self.scales, self.columns, noise=self.noise,
+                      chol=chol, chol_inv=chol_inv)
 
 
 def alignments(values: Sequence[Value]) -> list[float] | None:
@@ -187,6 +285,7 @@ class Inputs:
         self.columns: list[int] = []
         self._where: list[dict[Value, list[float]]] = []
         extra: list[int] = []  # the parameters that have an alignment input, in order
+        self._distinct = all(len(set(values)) == len(values) for values in params.values())
         for p, values in enumerate(params.values()):
             numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
             if numeric:
@@ -222,11 +321,20 @@ class Inputs:
         self._listed_at: dict[int, int] = {}
         self._table = np.zeros((0, len(self.columns)))
 
-    def list_rows(self, configs: Sequence[Mapping[str, Value]]) -> None:
+    def list_rows(self, configs: Sequence[Mapping[str, Value]], pos: np.ndarray | None = None) -> None:
         """Make the rows of ``configs`` (a study's feasible configurations, which it keeps) all at once, so
-        that a proposal that scores hundreds of them takes their rows from one array."""
+        that a proposal that scores hundreds of them takes their rows from one array. ``pos``: their
+        value positions (``Positions.pos``, made for the same parameters), from which the rows are
+        looked up a parameter at a time instead of a configuration at a time."""
         self._listed = configs  # held, so that no other configuration can have one of their ids
         self._listed_at = {id(c): i for i, c in enumerate(configs)}
+        if pos is not None and len(configs) and self._distinct:
+            # Positions numbers a numeric parameter's values in sorted order and a categorical one's in
+            # the listed order, as ``_where`` is made (values that are not distinct are numbered otherwise)
+            parts = [np.asarray(list(where.values()), float)[pos[:, p].astype(int)]
+                     for p, where in enumerate(self._where)]
+            self._table = np.hstack(parts).reshape(len(configs), len(self.columns))
+            return
         self._table = np.asarray([[x for name, where in zip(self.names, self._where, strict=True)
                                    for x in where[c[name]]] for c in configs], float).reshape(len(configs),
                                                                                              len(self.columns))
@@ -250,13 +358,51 @@ class Inputs:
         return np.stack([self._row(c) for c in configs]).reshape(len(configs), len(self.columns))
 
 
+class ValueKeys:
+    """``config_key``, the same string, for configurations of a space's own values: joined from each
+    value's piece of it, encoded once per value. Encoding each of a study's thousands of feasible
+    configurations whole cost more than the rest of its sampler's set-up. A configuration of other
+    values (another parameter, a value not listed, an int where the list has a float) is encoded
+    whole, as ``config_key`` does."""
+
+    def __init__(self, params: Mapping[str, Sequence[Value]]) -> None:
+        self.names = sorted(params)  # config_key's order: sorted by name
+        self._pieces: dict[str, dict[Value, tuple[type, str]]] = {}
+        for name in self.names:
+            values = params[name]
+            try:
+                # values equal across types (1, 1.0, True) would share one piece: such a parameter's are
+                # always encoded whole
+                distinct = len(set(values)) == len({(type(v), v) for v in values})
+            except TypeError:  # a value that cannot be hashed
+                distinct = False
+            self._pieces[name] = {v: (type(v), config_key({name: v})[1:-1]) for v in values
+                                  if type(v) in (int, float, str, bool)} if distinct else {}
+
+    def __call__(self, config: Mapping[str, Value]) -> str:
+        if len(config) != len(self.names):
+            return config_key(config)
+        parts = []
+        for name in self.names:
+            if name not in config:
+                return config_key(config)
+            value = config[name]
+            hit = self._pieces[name].get(value) if type(value) in (int, float, str, bool) else None
+            if hit is None or hit[0] is not type(value):
+                return config_key(config)
+            parts.append(hit[1])
+        return "{" + ", ".join(parts) + "}"
+
+
 class Positions:
     """The feasible configurations as rows of value positions, so that steps are counted for all of
     them at once (a space of thousands of configurations is searched a hundred times in a tune)."""
 
-    def __init__(self, feasible: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]]) -> None:
+    def __init__(self, feasible: Sequence[Mapping[str, Value]], params: Mapping[str, Sequence[Value]],
+                 key: Callable[[Mapping[str, Value]], str] | None = None) -> None:
+        """``key``: ``config_key``, or a faster function of the same strings (``ValueKeys``, by default)."""
         self.feasible = list(feasible)
-        self.keys = [config_key(c) for c in self.feasible]
+        self.keys = list(map(key or ValueKeys(params), self.feasible))
         names = list(params)
         self.numeric = np.asarray([all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in params[n])
                                    for n in names], bool)
@@ -279,8 +425,10 @@ class Positions:
     def steps_from(self, centre: Mapping[str, Value], rows: Sequence[int] | np.ndarray) -> np.ndarray:
         """``steps`` from ``centre`` to each of the configurations numbered ``rows``."""
         d = np.abs(self.pos[np.asarray(rows, int)] - np.asarray(self.row(centre), float))
-        d[:, ~self.numeric] = d[:, ~self.numeric] > 0
-        out: np.ndarray = d.sum(1)
+        if not self.numeric.all():
+            d[:, ~self.numeric] = d[:, ~self.numeric] > 0
+        # whole numbers: a product with ones sums them exactly, in less time than a sum along the rows
+        out: np.ndarray = d @ np.ones(d.shape[1])
         return out
 
 
@@ -296,6 +444,33 @@ class Fitted:
     def ei(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
         mu, sd = self.gp.predict(self.encode(configs))
         return expected_improvement(mu, sd, self.best)
+
+
+FACTORS_KEPT = 3  # the latest factors a study's memo keeps to grow the next model from (``_grow``)
+
+
+def _keep(memo: dict[str, Any], factor: Factor) -> None:
+    memo["factors"] = [*memo.get("factors", [])[-(FACTORS_KEPT - 1):], factor]
+
+
+def _grow(memo: dict[str, Any], points: Sequence[tuple[Mapping[str, Value], float]],
+          signature: Sequence[tuple[str, float]], encode: Inputs) -> GaussianProcess:
+    """The model of ``points`` (named as in ``signature``) with the memo's length scales, grown from the
+    largest factor kept whose inputs are all among them (made afresh where none is)."""
+    scales = memo["scales"]
+    y_of = dict(signature)
+    base = max((f for f in memo.get("factors", []) if f.scales is scales and y_of.keys() >= set(f.keys)),
+               key=lambda f: len(f.keys), default=None)
+    if base is None:
+        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                             scales=scales)
+        factor = Factor(gp.x, [k for k, _ in signature], gp.scales, gp.columns, noise=gp.noise, chol=gp._chol)
+    else:
+        had = set(base.keys)
+        new = [(c, k) for (c, _), (k, _) in zip(points, signature, strict=True) if k not in had]
+        factor = base.grown(encode([c for c, _ in new]), [k for _, k in new]) if new else base
+    _keep(memo, factor)
+    return GaussianProcess.on(factor, np.asarray([y_of[k] for k in factor.keys]))
 
 
 def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[Mapping[str, Value]],
@@ -325,24 +500,30 @@ def fit(timed: Sequence[tuple[Mapping[str, Value], float]], *, failed: Sequence[
         gp: GaussianProcess = last[1]
     else:
         kept = memo.get("scales") if memo is not None and len(points) < REFIT_GROWTH * memo.get("n", 0) else None
-        gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                             scales=kept)
+        if memo is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+        elif kept is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns)
+            memo.update(n=len(points), scales=gp.scales)
+            _keep(memo, Factor(gp.x, [k for k, _ in signature], gp.scales, gp.columns, noise=gp.noise, chol=gp._chol))
+        else:
+            gp = _grow(memo, points, signature, encode)
         if memo is not None:
-            if kept is None:
-                memo.update(n=len(points), scales=gp.scales)
             memo["model"] = (signature, gp)
-    best = float(gp.y[: len(seen)].min())
+    best = (min(y for _, y in seen.values()) - gp.mean) / gp.std
     pending = [c for c in busy if key(c) not in seen]
     if pending:
         # Kriging believer: a configuration being timed counts as what the model expects of it, so the
         # next proposal of a batch goes where the model still expects something new.
-        mu_p, _ = gp.predict(encode(pending))
-        believed = list(mu_p * gp.std + gp.mean)
+        believed = list(gp.mean_at(encode(pending)) * gp.std + gp.mean)
         points += list(zip(pending, believed, strict=True))
-        refit = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
-                                scales=gp.scales)
-        best = float(refit.y[: len(seen)].min())
-        gp = refit
+        signature += [(key(c), y) for c, y in zip(pending, believed, strict=True)]
+        if memo is None:
+            gp = GaussianProcess(encode([c for c, _ in points]), np.asarray([y for _, y in points]), encode.columns,
+                                 scales=gp.scales)
+        else:
+            gp = _grow(memo, points, signature, encode)
+        best = (min(y for _, y in seen.values()) - gp.mean) / gp.std
     return Fitted(gp, encode, best, min(seen.values(), key=lambda cy: cy[1])[0])
 
 
@@ -389,14 +570,16 @@ class KeyCache:
     """``config_key``, remembered for configurations the caller keeps (the same object asked again
     gets the key made the first time): a sampler asks for the keys of every trial at each proposal."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: Callable[[Mapping[str, Value]], str] = config_key) -> None:
+        """``key``: ``config_key``, or a faster function of the same strings (``ValueKeys``)."""
+        self._key = key
         self._by_id: dict[int, tuple[Mapping[str, Value], str]] = {}
 
     def __call__(self, config: Mapping[str, Value]) -> str:
         hit = self._by_id.get(id(config))
         if hit is not None and hit[0] is config:
             return hit[1]
-        k = config_key(config)
+        k = self._key(config)
         self._by_id[id(config)] = (config, k)
         return k
 
@@ -414,14 +597,15 @@ class BoSampler(optuna.samplers.BaseSampler):
         self.feasible = list(feasible)
         self.params: Mapping[str, Sequence[Value]] = encoding.values
         self.rng = random.Random(seed)
-        self.positions = Positions(self.feasible, self.params) if self.feasible else None
+        keys = ValueKeys(self.params)
+        self.positions = Positions(self.feasible, self.params, keys) if self.feasible else None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._decoded: dict[int, Mapping[str, Value]] = {}  # a finished trial's configuration, by number
-        self.key = KeyCache()  # configuration keys, made once per configuration
+        self.key = KeyCache(keys)  # configuration keys, made once per configuration
         self.memo: dict[str, Any] = {}  # the model's length scales between proposals (``propose``)
-        if self.feasible:  # every feasible configuration's model inputs, made once (``Inputs.list_rows``)
+        if self.positions is not None:  # every feasible configuration's model inputs, made once (``Inputs.list_rows``)
             inputs = Inputs(self.params)
-            inputs.list_rows(self.feasible)
+            inputs.list_rows(self.feasible, self.positions.pos)
             self.memo["inputs"] = (self.params, inputs)
         self.portfolio: Portfolio | None = None  # ``tuner.portfolio``: made for a study that starts from nothing
 

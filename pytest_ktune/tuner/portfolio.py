@@ -92,6 +92,8 @@ class Portfolio:
         self.dims = max(1, sum(len(ix) > 1 for ix in at.index))  # the parameters that can change
         self.start = min(start_size(self.dims), len(at.feasible))
         self.population = max(2, round(math.log(max(len(at.feasible), 2))))
+        # each feasible row by its value positions: a child that lands on one needs no distances measured
+        self.row_at = {tuple(r): i for i, r in enumerate(np.rint(at.pos).astype(int).tolist())}
 
     # -- the arms ----------------------------------------------------------------------------------
 
@@ -101,7 +103,8 @@ class Portfolio:
         caller measures from the same rows many times."""
         d = np.abs((self.unit[rows] if units is None else units) - to)
         cat = ~self.positions.numeric
-        d[:, cat] = d[:, cat] > 0
+        if cat.any():  # a space of numbers alone (the most) spares the copy of no columns
+            d[:, cat] = d[:, cat] > 0
         out: np.ndarray = d.sum(1)
         return out
 
@@ -117,7 +120,9 @@ class Portfolio:
         return int(untried[far[self.rng.randrange(len(far))]])
 
     def _draw(self, untried: np.ndarray, n: int) -> np.ndarray:
-        return untried if len(untried) <= n else np.asarray(self.rng.sample(list(untried), n))
+        # drawn as positions in ``untried`` (the same draws as from its rows themselves: a sample picks by
+        # position), which spares a list of thousands of numpy integers at each proposal
+        return untried if len(untried) <= n else untried[self.rng.sample(range(len(untried)), n)]
 
     def explore(self, untried: np.ndarray, score: Score) -> int:
         """The untried row of highest expected improvement over the whole space (among ``SCORED`` drawn)."""
@@ -127,11 +132,14 @@ class Portfolio:
     def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
         """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
         units = self.unit[untried]
-        children = sorted({self._child(untried, ranked, units) for _ in range(self.dims)})
+        free = np.zeros(len(self.positions.feasible), bool)
+        free[untried] = True
+        children = sorted({self._child(untried, ranked, units, free) for _ in range(self.dims)})
         return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
 
-    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None) -> int:
-        """The untried row nearest a child of two good parents."""
+    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None,
+               free: np.ndarray | None = None) -> int:
+        """The untried row nearest a child of two good parents (``free``: whether each row is untried)."""
         pool = list(ranked[: self.population])
 
         def parent() -> int:
@@ -147,6 +155,15 @@ class Portfolio:
                     child[j] = min(max(child[j] + self.rng.choice((-step, step)), 0.0), 1.0)
                 else:
                     child[j] = self.rng.randrange(len(ix)) / self.span[j]
+        # A child at an untried row (up to the rounding of a mutation's step) is nearest itself alone:
+        # every other row is a whole step or more away. The draw among the nearest is made all the same,
+        # so that the generator goes on as it would have.
+        at = child * self.span
+        row = self.row_at.get(tuple(np.rint(at).astype(int).tolist())) if free is not None and \
+            np.abs(at - np.rint(at)).max() < 1e-6 else None
+        if row is not None and free is not None and free[row]:
+            self.rng.randrange(1)
+            return row
         dist = self._distance(untried, child, units)
         best = np.flatnonzero(dist == dist.min())
         return int(untried[best[self.rng.randrange(len(best))]])

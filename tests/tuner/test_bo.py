@@ -15,7 +15,18 @@ import pytest
 from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
 from pytest_ktune.core.space import Value, config_key, steps
-from pytest_ktune.tuner.bo import GaussianProcess, Inputs, alignments, expected_improvement, nearest, propose
+from pytest_ktune.tuner.bo import (
+    Factor,
+    GaussianProcess,
+    Inputs,
+    Positions,
+    ValueKeys,
+    alignments,
+    expected_improvement,
+    fit,
+    nearest,
+    propose,
+)
 from pytest_ktune.tuner.encoding import Encoding
 from pytest_ktune.tuner.samplers import make_sampler
 
@@ -306,3 +317,72 @@ def test_a_batch_proposes_from_one_model_of_its_timings_as_a_fresh_model_would()
     timed = [*timed, *((c, bowl(c)) for c in batch)]  # the batch timed: a new model of the new timings
     propose(GRID, timed, failed=[], busy=[], params=PARAMS, rng=random.Random(9), memo=memo)
     assert memo["model"][1] is not kept and len(memo["model"][0]) == len(timed)
+
+
+def test_a_grown_factor_equals_the_factor_of_the_whole_matrix() -> None:
+    inputs = Inputs(PARAMS)
+    first, more = GRID[::5], GRID[2::11]
+    whole = GaussianProcess(inputs(first + more), np.log([bowl(c) for c in first + more]), inputs.columns,
+                            scales=np.asarray([0.4, 0.8, 0.2]))
+    start = GaussianProcess(inputs(first), np.log([bowl(c) for c in first]), inputs.columns, scales=whole.scales)
+    factor = Factor(start.x, [config_key(c) for c in first], start.scales, start.columns, noise=start.noise,
+                    chol=start._chol)
+    grown = factor.grown(inputs(more[:1]), [config_key(more[0])]).grown(inputs(more[1:]),
+                                                                      [config_key(c) for c in more[1:]])
+    assert grown.keys == [config_key(c) for c in first + more]
+    assert np.allclose(grown.chol, whole._chol, atol=1e-9)
+    assert np.allclose(grown.chol_inv @ grown.chol, np.eye(len(first + more)), atol=1e-9)
+    gp = GaussianProcess.on(grown, np.log([bowl(c) for c in first + more]))
+    for a, b in zip(gp.predict(inputs(GRID)), whole.predict(inputs(GRID)), strict=True):
+        assert np.allclose(a, b, atol=1e-9)
+    assert np.allclose(gp.mean_at(inputs(GRID)), whole.predict(inputs(GRID))[0], atol=1e-9)
+
+
+def test_a_study_grows_its_model_and_predicts_as_a_model_made_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo: dict[str, Any] = {}
+    timed: list[tuple[Mapping[str, Value], float]] = [(c, bowl(c)) for c in GRID[::6]]
+    fit(timed, failed=[], busy=[], params=PARAMS, memo=memo)  # chooses the length scales
+    grown = [*timed, (GRID[4], bowl(GRID[4]))]  # with the failed one, fewer than REFIT_GROWTH more: scales kept
+    busy = [GRID[1], GRID[2]]
+    made: list[int] = []
+    init = GaussianProcess.__init__
+
+    def counted(self: GaussianProcess, *args: Any, **kwargs: Any) -> None:
+        made.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(GaussianProcess, "__init__", counted)
+    model = fit(grown, failed=[GRID[3]], busy=busy, params=PARAMS, memo=memo)
+    monkeypatch.undo()
+    assert model is not None and not made  # grown from the first model's factor, not factorised again
+    factor = memo["factors"][-1]
+    assert len(memo["factors"]) >= 2 and factor.keys[: len(timed)] == [config_key(c) for c, _ in timed]
+    fresh = fit(grown, failed=[GRID[3]], busy=busy, params=PARAMS,
+                memo={"scales": memo["scales"], "n": memo["n"]})  # the same scales, made from nothing
+    assert fresh is not None and np.array_equal(fresh.gp.scales, model.gp.scales)
+    assert math.isclose(fresh.best, model.best, abs_tol=1e-9)
+    others = [c for c in GRID if c not in busy]
+    for a, b in zip(model.gp.predict(model.encode(others)), fresh.gp.predict(fresh.encode(others)), strict=True):
+        assert np.allclose(a, b, atol=1e-8)
+
+
+def test_value_keys_are_config_keys_and_other_configurations_are_encoded_whole() -> None:
+    params: dict[str, list[Value]] = {"BLOCK": [32, 64], "SCALE": [0.5, 1.0], "LAYOUT": ["row", "col"],
+                                      "FAST": [True, False], "MIXED": [1, True]}
+    keys = ValueKeys(params)
+    grid = [dict(zip(params, v, strict=True)) for v in itertools.product(*params.values())]
+    assert [keys(c) for c in grid] == [config_key(c) for c in grid]
+    assert keys({**grid[0], "SCALE": 1}) == config_key({**grid[0], "SCALE": 1})  # an int where a float is listed
+    assert keys({**grid[0], "BLOCK": 96}) == config_key({**grid[0], "BLOCK": 96})  # a value not listed
+    assert keys({"BLOCK": 32}) == config_key({"BLOCK": 32})
+
+
+def test_listed_rows_from_positions_equal_those_made_from_the_configurations() -> None:
+    params: dict[str, list[Value]] = {"BLOCK": [96, 32, 64], "LAYOUT": ["row", "col"], "VEC": [4, 1, 2]}
+    grid = [dict(zip(params, v, strict=True)) for v in itertools.product(*params.values())]
+    at = Positions(grid, params)
+    by_rows, by_positions = Inputs(params), Inputs(params)
+    by_rows.list_rows(grid)
+    by_positions.list_rows(grid, at.pos)
+    assert np.array_equal(by_positions(grid), by_rows(grid))
+    assert at.keys == [config_key(c) for c in grid]
