@@ -16,18 +16,16 @@ from pytest_ktune import Case, Space, Tensor
 from pytest_ktune import target as make_target
 from pytest_ktune.core.space import Value, config_key, steps
 from pytest_ktune.tuner.bo import (
-    Factor,
-    GaussianProcess,
     Inputs,
     Positions,
     ValueKeys,
     alignments,
-    expected_improvement,
     fit,
     nearest,
     propose,
 )
 from pytest_ktune.tuner.encoding import Encoding
+from pytest_ktune.tuner.gp_model import Factor, GaussianProcess, expected_improvement
 from pytest_ktune.tuner.samplers import make_sampler
 
 PARAMS: dict[str, list[Value]] = {"BLOCK": [32, 64, 128, 256, 512, 1024], "VEC": [1, 2, 4, 8], "ITEMS": [1, 2, 4]}
