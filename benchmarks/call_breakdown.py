@@ -45,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common
 from _common import RESULTS, add_repo_to_path, command_line, interleaved, md_table, now_utc, versions, write_results
+from production_call import two_op_module
 
 TOKENS = (1, 256)
 HIDDEN = 4096
@@ -153,7 +154,7 @@ def _methods(t: int, backend: Any) -> tuple[dict[str, Callable[[], Any]], dict[s
     return methods, info
 
 
-def _stub_ops(schemas: dict[str, str], inter: int) -> tuple[Any, Any, Any]:
+def _stub_ops(schemas: dict[str, str]) -> tuple[Any, Any, Any]:
     """Two custom ops with the ktune ops' schemas whose implementations only allocate their outputs
     (``torch.empty_like``, ``torch.empty``): what a custom op costs around it, eager and compiled."""
     torch: Any = importlib.import_module("torch")  # torch.library is untyped
@@ -232,30 +233,22 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
     (where a forward's time goes: in the production calls, and around them), and the Python calls a
     compiled forward makes that an eager one does not."""
     import torch
-    import torch.nn.functional as F
 
     import ktune
     from example_project.kernels.rmsnorm import rmsnorm
     from example_project.kernels.silu_and_mul import silu_and_mul
     from pytest_ktune.call import plan as plan_mod
 
-    t, inter = 16, 14336
-    k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)
-    _lib, s_rms, s_silu = _stub_ops({"rmsnorm": k_rms.schema, "silu_and_mul": k_silu.schema}, inter)
+    t = 16
+    (x, w, g), with_ktune, with_torch = two_op_module(t, 116)
+    k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)  # the module's ops (one per target)
+    _lib, s_rms, s_silu = _stub_ops({"rmsnorm": k_rms.schema, "silu_and_mul": k_silu.schema})
     marks: list[float] = []
     _lib2, (m_rms, m_silu) = _marked_ops("ktune_marked", {
         "rmsnorm": (k_rms.schema, rmsnorm, k_rms._fake), "silu_and_mul": (k_silu.schema, silu_and_mul, k_silu._fake)},
         marks)
     _lib3, (ms_rms, ms_silu) = _marked_ops("ktune_stub_marked", {
         "rmsnorm": (k_rms.schema, s_rms, s_rms), "silu_and_mul": (k_silu.schema, s_silu, s_silu)}, marks)
-    gen = torch.Generator(device="cuda").manual_seed(116)
-    x = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
-    w = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
-    g = torch.randn((t, 2 * inter), device="cuda", dtype=torch.float16, generator=gen)
-
-    def with_ktune(x: Any, w: Any, g: Any) -> Any:
-        return k_rms(x, w, EPS), k_silu(g)
-
     def with_targets(x: Any, w: Any, g: Any) -> Any:
         return rmsnorm(x, w, EPS), silu_and_mul(g)
 
@@ -267,9 +260,6 @@ def _compiled(args: argparse.Namespace, sync: Callable[[], None]) -> tuple[dict[
 
     def with_marked_stubs(x: Any, w: Any, g: Any) -> Any:
         return ms_rms(x, w, EPS), ms_silu(g)
-
-    def with_torch(x: Any, w: Any, g: Any) -> Any:
-        return F.rms_norm(x, (HIDDEN,), w, EPS), F.silu(g[:, :inter]) * g[:, inter:]
 
     def guard() -> None:  # what Inductor's generated code does around the ops
         with torch.cuda._DeviceGuard(0):

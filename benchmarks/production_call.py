@@ -148,8 +148,9 @@ def _Block(torch: Any, forward: Callable[..., Any]) -> Any:
     return Block()
 
 
-def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) -> dict[str, Any]:
-    """The two-op module with ktune ops and with torch ops, compiled in each mode, timed side by side."""
+def two_op_module(t: int, seed: int) -> tuple[tuple[Any, Any, Any], Callable[..., Any], Callable[..., Any]]:
+    """The two-op module's inputs at ``t`` tokens (x, w for RMSNorm; g for SiLU-and-mul; fp16 on the GPU) and its
+    forward written with ktune ops (``ktune.torch_op`` of the example's targets) and with torch ops."""
     import torch
     import torch.nn.functional as F
 
@@ -158,7 +159,7 @@ def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) ->
     from example_project.kernels.silu_and_mul import silu_and_mul
 
     k_rms, k_silu = ktune.torch_op(rmsnorm), ktune.torch_op(silu_and_mul)
-    gen = torch.Generator(device="cuda").manual_seed(100 + t)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn((t, HIDDEN), device="cuda", dtype=torch.float16, generator=gen)
     w = torch.rand((HIDDEN,), device="cuda", dtype=torch.float16, generator=gen) + 0.5
     g = torch.randn((t, 2 * INTER), device="cuda", dtype=torch.float16, generator=gen)
@@ -169,6 +170,14 @@ def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) ->
     def with_torch(x: Any, w: Any, g: Any) -> Any:
         return F.rms_norm(x, (HIDDEN,), w, EPS), F.silu(g[:, :INTER]) * g[:, INTER:]
 
+    return (x, w, g), with_ktune, with_torch
+
+
+def _compiled_row(t: int, args: argparse.Namespace, sync: Callable[[], None]) -> dict[str, Any]:
+    """The two-op module with ktune ops and with torch ops, compiled in each mode, timed side by side."""
+    import torch
+
+    (x, w, g), with_ktune, with_torch = two_op_module(t, 100 + t)
     want = with_torch(x, w, g)
     torch._dynamo.reset()  # each row compiles its own modules: the earlier rows' count against no limit
     methods: dict[str, Callable[[], Any]] = {}
