@@ -45,9 +45,7 @@ def _views(plan: Any) -> Callable[[], Any]:
     w = torch.randn(4096, dtype=torch.float16)
     args = (x, w)
     sig = (2, type(x), layout(x), type(w), layout(w))
-    if not hasattr(plan, "slots"):  # before the views took the signature: the positions alone
-        plan.array_positions = (0, 1)
-    if len(inspect.signature(route.view_args).parameters) == 3:
+    if len(inspect.signature(route.view_args).parameters) == 3:  # since the views take the signature
         return lambda: route.view_args(plan, args, sig)
     return lambda: route.view_args(plan, args)
 

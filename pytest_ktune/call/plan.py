@@ -53,7 +53,6 @@ class CallPlan:
         # A call of k positional arguments and no keywords (the common one) has a signature of k and the
         # arguments at these positions: those left out are the defaults, the same in every such call.
         self._positions: dict[int, tuple[int, ...]] = {}
-        self.array_positions = tuple(i for i, n in enumerate(self.binder.positional) if n in declared)
         # The signature of such a call is (k, then a type and what was read of it per position): where each
         # declared array's read is, for the routes' views (``Route.view_args``).
         self.slots: dict[int, tuple[tuple[int, int], ...]] = {}
@@ -61,7 +60,7 @@ class CallPlan:
             names = set(self.signature.names)
             for k in self.binder.positional_counts():
                 at = self._positions[k] = tuple(i for i, n in enumerate(self.binder.positional[:k]) if n in names)
-                self.slots[k] = tuple((i, 2 + 2 * j) for j, i in enumerate(at) if i in self.array_positions)
+                self.slots[k] = tuple((i, 2 + 2 * j) for j, i in enumerate(at) if self.binder.positional[i] in declared)
         self.fn = target.fn
         self._dispatch: dict[tuple[Any, ...], Entry] = {}
         # The signature and entry of the last call the positional fast path served (``call``): compared first.

@@ -20,8 +20,6 @@ class Checks(Protocol):
     target: Target
     # (name, the dtypes the cases declare for it, whether it must be contiguous), in signature order
     arrays: tuple[tuple[str, frozenset[np.dtype[Any]], bool], ...]
-    # the positions of the declared arrays among the function's positional parameters (``view_args``)
-    array_positions: tuple[int, ...]
     # per count of positional arguments: (a declared array's position, where the signature holds what was read
     # of it), for each declared array among them (``view_args``)
     slots: dict[int, tuple[tuple[int, int], ...]]

@@ -170,7 +170,6 @@ class GaussianProcess:
         return mu, np.sqrt(var)
 
 
-
 class Factor:
     """The Cholesky factor of the kernel matrix (plus noise) of some model inputs, with its inverse, for
     length scales that are kept: grown by a few inputs at a time instead of made again.
