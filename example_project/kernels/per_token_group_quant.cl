@@ -3,7 +3,8 @@
 // float8_e4m3fn bit pattern (OUT_FP8=1). Group g is x[g*GROUP, (g+1)*GROUP), its scale scales[g].
 // TPG consecutive work-items share a group (their max is a tree in local memory); a work-group of
 // BLOCK work-items covers BLOCK/TPG groups. Values are loaded VEC at a time and kept in private
-// memory between the max and the quantisation.
+// memory between the max and the quantisation. FAST=1: each value times the group's reciprocal
+// QMAX / max instead of divided by its scale (the CUDA template's FAST).
 #include "common.clh"
 
 #if OUT_FP8
@@ -81,12 +82,18 @@ void per_token_group_quant(__global uchar* restrict q, __global float* restrict 
 
     const float scale = fmax(red[lid - lane], eps) / QMAX;
     if (lane == 0) scales[g] = scale;
+#if FAST
+    const float inv = QMAX / fmax(red[lid - lane], eps);
+#define SCALED(v) ((v) * inv)
+#else
+#define SCALED(v) ((v) / scale)
+#endif
     __global uchar* qg = q + g * GROUP;
     for (int j = 0; j < PER; ++j) {
         const int c = lane + j * TPG;
         if (c < NV) {
             uchar r[VEC];
-            for (int k = 0; k < VEC; ++k) r[k] = quantise(vals[j * VEC + k] / scale);
+            for (int k = 0; k < VEC; ++k) r[k] = quantise(SCALED(vals[j * VEC + k]));
             STORE_BYTES(r, c, qg);
         }
     }

@@ -5,7 +5,20 @@
 // TPG consecutive threads share a group (a power of two up to 32, so the max is a warp shuffle);
 // a block of BLOCK threads covers BLOCK/TPG groups. Each thread keeps its values in registers
 // between the max and the quantisation, loading them VEC at a time.
+// FAST=1: each value times the group's reciprocal QMAX / max (one division a group, as a compiler's fast
+// division makes it) instead of divided by its scale; the codes then differ only where a value is within a
+// rounding of a code's boundary. IDX64 (a define, from x's size): 64-bit group offsets only where x holds
+// 2^31 elements or more. FAST=0 with IDX64=1 is the kernel as it was before FAST and IDX64.
 #include "common.cuh"
+
+#ifndef IDX64
+#define IDX64 1
+#endif
+#if IDX64
+typedef long long idx_t;
+#else
+typedef int idx_t;
+#endif
 
 #if OUT_FP8
 #define QMAX 448.f
@@ -72,7 +85,7 @@ per_token_group_quant(unsigned char* __restrict__ q, float* __restrict__ scales,
     constexpr int NV = GROUP / VEC;               // vectors per group
     constexpr int PER = (NV + TPG - 1) / TPG;     // vectors per thread
     const int lane = threadIdx.x % TPG;
-    const long long g = (long long)blockIdx.x * (BLOCK / TPG) + threadIdx.x / TPG;
+    const idx_t g = (idx_t)blockIdx.x * (BLOCK / TPG) + threadIdx.x / TPG;
     const bool live = g < num_groups;
     const V* xg = reinterpret_cast<const V*>(x + (live ? g : 0) * GROUP);
 
@@ -94,6 +107,12 @@ per_token_group_quant(unsigned char* __restrict__ q, float* __restrict__ scales,
 
     const float scale = fmaxf(amax, eps) / QMAX;
     if (lane == 0) scales[g] = scale;
+#if FAST
+    const float inv = QMAX / fmaxf(amax, eps);
+#define SCALED(v) ((v) * inv)
+#else
+#define SCALED(v) ((v) / scale)
+#endif
     Q* qg = reinterpret_cast<Q*>(q + g * GROUP);
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
@@ -103,14 +122,14 @@ per_token_group_quant(unsigned char* __restrict__ q, float* __restrict__ scales,
 #if FP8_HW
 #pragma unroll
             for (int k = 0; k + 1 < VEC; k += 2) {
-                const unsigned short two = e4m3x2_bits(load_f(buf[j].v[k]) / scale, load_f(buf[j].v[k + 1]) / scale);
+                const unsigned short two = e4m3x2_bits(SCALED(load_f(buf[j].v[k])), SCALED(load_f(buf[j].v[k + 1])));
                 r.v[k] = (unsigned char)(two & 0xffu);
                 r.v[k + 1] = (unsigned char)(two >> 8);
             }
-            if (VEC % 2) r.v[VEC - 1] = quantise(load_f(buf[j].v[VEC - 1]) / scale);
+            if (VEC % 2) r.v[VEC - 1] = quantise(SCALED(load_f(buf[j].v[VEC - 1])));
 #else
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) r.v[k] = quantise(load_f(buf[j].v[k]) / scale);
+            for (int k = 0; k < VEC; ++k) r.v[k] = quantise(SCALED(load_f(buf[j].v[k])));
 #endif
             qg[c] = r;
         }

@@ -19,8 +19,9 @@ The function, ``per_token_group_quant(x, group_size=128, out_dtype="int8", eps=1
 ``torch.float8_e4m3fn`` stores, so ``q.view(torch.float8_e4m3fn)`` in torch); ``scales`` is
 ``[T, H / G]`` float32, row-major. Dequantise with ``q * scales`` broadcast over each group.
 
-Codes are compared with a tolerance of one code step: the kernel divides in float32 and the reference
-in float64, so a value within a rounding error of a rounding boundary may land on either side of it.
+Codes are compared with a tolerance of one code step: the kernel divides in float32 (or, with FAST=1,
+multiplies by the group's float32 reciprocal) and the reference in float64, so a value within a rounding
+error of a rounding boundary may land on either side of it.
 """
 
 from __future__ import annotations
@@ -137,16 +138,20 @@ _ONE_STEP = ktune.Tolerance(norm=1e-3, atol=1.0, rtol=0.0)
 
 @ktune.target(
     sources={"cuda": "per_token_group_quant.cu", "opencl": "per_token_group_quant.cl"},
-    # What serving stacks ship: 16 threads per group, 16 groups in a block of 256, 16-byte loads.
-    default={"BLOCK": 256, "TPG": 16, "VEC": 8},
+    # What serving stacks ship: 16 threads per group, 16 groups in a block of 256, 16-byte loads. FAST=0 is
+    # the kernel before FAST existed, so records written without it mean what they meant.
+    default={"BLOCK": 256, "TPG": 16, "VEC": 8, "FAST": 0},
     space=ktune.Space(BLOCK=[32, 64, 128, 256, 512, 1024], TPG=[1, 2, 4, 8, 16, 32], VEC=[1, 2, 4, 8],
+                      FAST=[0, 1],  # 1: each value times the group's reciprocal, not divided by its scale
                       constraints=["G % VEC == 0",
                                    # values a thread holds in registers between the two passes
                                    "VEC * ((G // VEC + TPG - 1) // TPG) <= 64"]),
     key=_key,
     defines=lambda x, group_size, out_dtype: {"DTYPE_F16": int(x.dtype == np.float16),
                                               "DTYPE_BF16": int(np.dtype(x.dtype).name == "bfloat16"),
-                                              "OUT_FP8": int(out_dtype == FP8), "GROUP": group_size},
+                                              "OUT_FP8": int(out_dtype == FP8), "GROUP": group_size,
+                                              # CUDA: 64-bit group offsets only where x needs them
+                                              "IDX64": int(x.size >= 2**31)},
     cases=[
         _case(4, 2048, 128, "float16", FP8),
         _case(7, 2048, 64, "float16", "int8"),

@@ -234,12 +234,36 @@ def test_the_opencl_template_encodes_fp8_exactly_like_the_reference() -> None:
     x[:, 0] = 448.0
     x[:, 1:] = np.resize(values, rows * (g - 1)).reshape(rows, g - 1)
     x = x.reshape(1, -1)
-    for params in ({"BLOCK": 256, "TPG": 16, "VEC": 8}, {"BLOCK": 32, "TPG": 1, "VEC": 2}):
+    for params in ({"BLOCK": 256, "TPG": 16, "VEC": 8, "FAST": 0}, {"BLOCK": 32, "TPG": 1, "VEC": 2, "FAST": 1}):
         bound = per_token_group_quant.bind(be.to_device(x), group_size=g, out_dtype=FP8).arguments
         (q, scales), _ = run(be, per_token_group_quant, params, bound, poison=True)
         assert (be.to_host(scales) == 1.0).all()
         np.testing.assert_array_equal(be.to_host(q), float8_e4m3fn_codes(x))
 
+
+
+@pytest.mark.parametrize("fast", [0, 1])
+def test_the_opencl_template_passes_the_check_on_every_case_dividing_or_by_the_reciprocal(fast: int) -> None:
+    """FAST=1 multiplies each value by the group's reciprocal: its codes still pass the one-step check on every
+    OpenCL case, as FAST=0's do, and its scales are FAST=0's bit for bit."""
+    from pytest_ktune import backends
+    from pytest_ktune.measure.runtime import run
+
+    try:
+        be = backends.create("opencl")
+    except BackendUnavailable as exc:
+        pytest.skip(f"{exc.message}; {exc.hint}")
+    for case in (c for c in per_token_group_quant.cases if c.runs_on("opencl")):
+        inputs = draw_inputs(case, 7)
+        expected = call_reference(per_token_group_quant, inputs)
+        bound = per_token_group_quant.bind(be.to_device(inputs["x"]), group_size=inputs["group_size"],
+                                           out_dtype=inputs["out_dtype"], eps=inputs["eps"]).arguments
+        params = {"BLOCK": 64, "TPG": 8, "VEC": 4, "FAST": fast}
+        (q, scales), _ = run(be, per_token_group_quant, params, bound, poison=True)
+        got = [be.to_host(q), be.to_host(scales)]
+        check_outputs(per_token_group_quant, case.id, got, expected, seed=7, backend="opencl")
+        np.testing.assert_array_equal(got[1], _kernel_like(inputs["x"], inputs["group_size"],
+                                                           inputs["out_dtype"])[1])
 
 # -- moe_topk_softmax ------------------------------------------------------------------------
 
