@@ -261,7 +261,7 @@ def test_the_opencl_template_passes_the_check_on_every_case_dividing_or_by_the_r
         params = {"BLOCK": 64, "TPG": 8, "VEC": 4, "FAST": fast}
         (q, scales), _ = run(be, per_token_group_quant, params, bound, poison=True)
         got = [be.to_host(q), be.to_host(scales)]
-        check_outputs(per_token_group_quant, case.id, got, expected, seed=7, backend="opencl")
+        check_outputs(per_token_group_quant, case.id or "c", got, expected, seed=7, backend="opencl")
         np.testing.assert_array_equal(got[1], _kernel_like(inputs["x"], inputs["group_size"],
                                                            inputs["out_dtype"])[1])
 
