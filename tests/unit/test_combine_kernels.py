@@ -30,6 +30,7 @@ def _case(target: str, case: str, speedup: float, *, compile_ratio: float | None
             "default_params": {"B": 1}, "tuned_params": {"B": 1} if same else {"B": 2},
             "compiled": {"mode": mode} if compile_ratio is not None else {"mode": None},
             "summary": {"speedup_tuned_vs_default": speedup, "compile_over_tuned": compile_ratio,
+                        "tuned_us": 10.0, "compiled_us": 10.0 * compile_ratio if compile_ratio else None,
                         "copy_bw_fraction": {"tuned": fraction}}}
 
 
@@ -53,6 +54,10 @@ def test_a_later_run_replaces_its_targets_and_the_goals_are_judged_on_the_rest(t
     assert "at >= 85 % of copy bandwidth: 1 of 2 (lowest 80 %)" in text and "b[b1]: 80.0 %" in text
     assert "at or ahead of torch.compile: 1 of 2 compared (1 more not compared" in text
     assert "  - a[a1]: 0.90x" in lines
+    # Best alternative: only a1 (later) and b1 have a graph-timed torch.compile beside a tuned time.
+    assert "ahead of the best of torch eager, torch.compile and Liger: 1 of 2; geomean best alternative over " \
+           "tuned **1.04x** (goal every case and 1.10x: missed)" in text
+    assert "  - a[a1]: 0.90x (torch.compile)" in lines
 
     a, b = tmp_path / "full.json", tmp_path / "later.json"
     a.write_text(json.dumps(full))
@@ -60,3 +65,11 @@ def test_a_later_run_replaces_its_targets_and_the_goals_are_judged_on_the_rest(t
     out = tmp_path / "summary.md"
     assert ck.main([str(a), str(b), "--out", str(out)]) == 0
     assert out.read_text().startswith("# The example kernels, combined") and "`later.json` (d2" in out.read_text()
+
+
+def test_the_best_alternative_is_the_fastest_column_timed_in_a_graph() -> None:
+    case = {"summary": {"tuned_us": 2.0, "eager_us": 1.0, "compiled_us": 2.5, "liger_us": 1.6},
+            "eager": {"mode": "events (graph capture failed: x)"}, "compiled": {"mode": "graph"},
+            "liger": {"mode": "graph"}}
+    assert ck.best_alternative(case) == ("liger", 0.8)  # eager is faster but was not timed in a graph
+    assert ck.best_alternative({"summary": {"tuned_us": 2.0}, "compiled": {"mode": None}}) is None
