@@ -12,7 +12,8 @@
 #   tune         fused add + RMSNorm's large keys (T=4096, 16384; session 12 gave them 8 s a key) and SiLU-and-mul
 #                at T=256, 40 trials or 40 s a key;
 #   bench        bench_kernels.py for fused_add_rmsnorm and silu_and_mul.
-# Phase d: the README's main command on the final tree, `pytest --ktune example_project`.
+# Phase d: quantisation's large keys tuned with FAST (30 trials or 25 s a key), their bench and conv2d's (cuDNN
+# timed in float32, not TF32), then the README's main command, `pytest --ktune example_project`, on the records.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s17.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
@@ -45,8 +46,14 @@ elif [ "$phase" = c ]; then
     step bench 230 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
         --targets fused_add_rmsnorm,silu_and_mul --budget-s 180 --compile-budget-s 90 \
         --out "$more/bench_kernels-cuda.json"
-else
-    step example 200 python3 -m pytest -p no:cacheprovider --ktune "$ek" -q -rs
+elif [ "$phase" = d ]; then
+    step quant_tune 250 bash -c "for t in 4096 16384; do python3 -m pytest_ktune.cli tune per_token_group_quant \
+        --root $ek --backend cuda --key T=\$t --trials 30 --tune-timeout 25 --seed 6 --write file; done"
+    keep
+    step bench 150 python3 benchmarks/bench_kernels.py --backend cuda --params "$ek/ktune-params.json" \
+        --targets per_token_group_quant,conv2d --budget-s 110 \
+        --compile-budget-s 60 --out "$more/bench_kernels-cuda.json"
+    step example 180 python3 -m pytest -p no:cacheprovider --ktune "$ek" -q -rs
 fi
 tar -czf "$OUT/s17$phase.tar.gz" -C "$more" .
 ls "$OUT"
