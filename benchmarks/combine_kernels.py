@@ -104,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the summary here as well")
     args = ap.parse_args(argv)
     runs = [json.loads(p.read_text()) for p in args.runs]
-    names = [f"`{p.name}` ({r['date']}, copy {r['copy_bandwidth_Bps'] / 1e9:,.0f} GB/s)"
+    # Each run by its path as given where that is relative (several runs' files share a name), else its name.
+    names = [f"`{p.name if p.is_absolute() else p.as_posix()}` ({r['date']}, "
+             f"copy {r['copy_bandwidth_Bps'] / 1e9:,.0f} GB/s)"
              for p, r in zip(args.runs, runs, strict=True)]
     text = "\n".join(["# The example kernels, combined", "", *summary(runs, names), ""])
     print(text)

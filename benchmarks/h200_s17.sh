@@ -14,6 +14,9 @@
 #   bench        bench_kernels.py for fused_add_rmsnorm and silu_and_mul.
 # Phase d: quantisation's large keys tuned with FAST (30 trials or 25 s a key), their bench and conv2d's (cuDNN
 # timed in float32, not TF32), then the README's main command, `pytest --ktune example_project`, on the records.
+# Phase e: the landscapes (every feasible configuration timed, `ktune record`) of the cases the table still has
+# behind: SiLU-and-mul T=256 fp32 and fp16, T=16 fp32, GELU(tanh)-and-mul T=32 fp32, fused add + RMSNorm T=1 bf16 and
+# T=64 fp16: whether the templates' optima reach the best alternative, or the search missed them.
 # Each step has a time limit (seconds, after its name). $OUT gets at most 8 files: gpu.txt, the step logs, the
 # params file and one tarball of the rest.
 # Usage: OUT=DIR bash benchmarks/h200_s17.sh a|b|c|d   (the wheels in .whl/, Liger-Kernel's among them)
@@ -21,7 +24,7 @@ set -uo pipefail
 phase=${1:-}
 # shellcheck source=benchmarks/_device.sh
 source benchmarks/_device.sh
-session s17 "$phase" a b c d  # $more, $ek (/tmp/s17-*); keep writes $OUT/ktune-params-h200-s17$phase.json
+session s17 "$phase" a b c d e  # $more, $ek (/tmp/s17-*); keep writes $OUT/ktune-params-h200-s17$phase.json
 if [ "$phase" = a ]; then
     step quant_tune 230 bash -c "for t in 4 1 16 8 256; do python3 -m pytest_ktune.cli tune per_token_group_quant \
         --root $ek --backend cuda --key T=\$t --trials 40 --tune-timeout 20 --seed 6 --write file; done"
@@ -54,6 +57,17 @@ elif [ "$phase" = d ]; then
         --targets per_token_group_quant,conv2d --budget-s 110 \
         --compile-budget-s 60 --out "$more/bench_kernels-cuda.json"
     step example 180 python3 -m pytest -p no:cacheprovider --ktune "$ek" -q -rs
+elif [ "$phase" = e ]; then
+    mkdir -p "$more/landscapes"
+    for key in "silu_and_mul T=256 I=14336 dtype=float32" "silu_and_mul T=256 I=14336 dtype=float16" \
+               "silu_and_mul T=16 I=14336 dtype=float32" "gelu_tanh_and_mul T=32 I=8192 dtype=float32" \
+               "fused_add_rmsnorm T=1 H=4096 dtype=bfloat16" "fused_add_rmsnorm T=64 H=2048 dtype=float16"; do
+        set -- $key
+        name="$1-${2/=/}-${3/=/}-${4#dtype=}"
+        timeout -s INT 130 python3 -m pytest_ktune.cli record "$1" --root "$ek" --backend cuda --key "$2" --key "$3" \
+            --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
+        tail -n 1 "$more/landscapes/$name.log"
+    done
 fi
 tar -czf "$OUT/s17$phase.tar.gz" -C "$more" .
 ls "$OUT"
