@@ -38,3 +38,15 @@ session() {  # TAG PHASE PHASES...: a session script's start: PHASE must be one 
     scratch "$tag"
     KEEP_AS=$OUT/ktune-params-h200-$tag$phase.json
 }
+landscape() {  # SECONDS TARGET NAME=VALUE...: `ktune record` of TARGET's key that the NAME=VALUEs name, every
+    # feasible configuration timed, into $more/landscapes/ (silu_and_mul T=256 I=14336 dtype=float32 is written
+    # silu_and_mul-T256-I14336-float32.json.gz, its log beside it); the log's last line echoed
+    local limit=$1 target=$2 name=$2 kv; shift 2
+    local keys=()
+    for kv in "$@"; do keys+=(--key "$kv"); name="$name-${kv/=/}"; done
+    name=${name/-dtype/-}
+    mkdir -p "$more/landscapes"
+    timeout -s INT "$limit" python3 -m pytest_ktune.cli record "$target" --root "$ek" --backend cuda "${keys[@]}" \
+        --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
+    tail -n 1 "$more/landscapes/$name.log"
+}

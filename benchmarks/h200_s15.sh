@@ -35,29 +35,8 @@ if [ "$phase" = a ]; then
         tests/unit/test_example_rmsnorm.py -k cuda"
     step breakdown 100 env TORCH_LOGS=output_code python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 \
         --compiled --out "$more"
-    mkdir -p "$more/landscapes"
     for key in "1 4096" "64 4096" "16384 8192"; do
-        set -- $key
-        name=rmsnorm-T$1-H$2-float16
-        timeout -s INT 70 python3 -m pytest_ktune.cli record rmsnorm --root "$ek" --backend cuda --key "T=$1" \
-            --key "H=$2" --key dtype=float16 --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
-        tail -n 2 "$more/landscapes/$name.log"
-    done
-    step rms_tune 130 python3 -m pytest_ktune.cli tune rmsnorm --root "$ek" --backend cuda --trials 40 \
-        --timeout 8 --seed 1 --write file
-    keep
-    cp -r "$ek/.ktune/reports" "$more/reports" 2>/dev/null
-elif [ "$phase" = c ]; then
-    step call 170 bash -c "python3 benchmarks/production_call.py --calls 1000 --repeats 3 --out $more; \
-        python3 benchmarks/call_breakdown.py --calls 2000 --repeats 7 --out $more"
-    mkdir -p "$more/landscapes"
-    for key in "rmsnorm T=1024 H=4096 dtype=float32" "fused_add_rmsnorm T=4096 H=8192 dtype=bfloat16" \
-               "fused_add_rmsnorm T=16384 H=4096 dtype=float16" "silu_and_mul T=16 I=14336 dtype=float16"; do
-        set -- $key
-        name="$1-${2/=/}-${3/=/}-${4#dtype=}"
-        timeout -s INT 80 python3 -m pytest_ktune.cli record "$1" --root "$ek" --backend cuda --key "$2" --key "$3" \
-            --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
-        tail -n 1 "$more/landscapes/$name.log"
+        landscape 70 $key
     done
 elif [ "$phase" = e ]; then
     step tests 200 bash -c "python3 -m pytest -p no:cacheprovider -q -rs -m gpu tests/contract/test_cuda_torch.py \

@@ -60,15 +60,10 @@ elif [ "$phase" = d ]; then
         --compile-budget-s 60 --out "$more/bench_kernels-cuda.json"
     step example 180 python3 -m pytest -p no:cacheprovider --ktune "$ek" -q -rs
 elif [ "$phase" = e ]; then
-    mkdir -p "$more/landscapes"
     for key in "silu_and_mul T=256 I=14336 dtype=float32" "silu_and_mul T=256 I=14336 dtype=float16" \
                "silu_and_mul T=16 I=14336 dtype=float32" "gelu_tanh_and_mul T=32 I=8192 dtype=float32" \
                "fused_add_rmsnorm T=1 H=4096 dtype=bfloat16" "fused_add_rmsnorm T=64 H=2048 dtype=float16"; do
-        set -- $key
-        name="$1-${2/=/}-${3/=/}-${4#dtype=}"
-        timeout -s INT 130 python3 -m pytest_ktune.cli record "$1" --root "$ek" --backend cuda --key "$2" --key "$3" \
-            --key "$4" --out "$more/landscapes/$name.json.gz" > "$more/landscapes/$name.log" 2>&1
-        tail -n 1 "$more/landscapes/$name.log"
+        landscape 130 $key
     done
 elif [ "$phase" = f ]; then
     step tune 170 bash -c "python3 -m pytest_ktune.cli tune fused_add_rmsnorm --root $ek --backend cuda --key T=1 \
