@@ -8,8 +8,10 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 _LINE_REFS = (
     re.compile(r"[(:](\d+)[):](?:(\d+):)?\s*(?:fatal )?error"),
@@ -45,29 +47,66 @@ def compiler_output_wanted(env: Mapping[str, str] | None = None) -> bool:
     return (os.environ if env is None else env).get(COMPILER_OUTPUT_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
+class _Redirect:
+    """fd 2 pointed at a temporary file while any thread is inside ``quiet_stderr``: the first to enter
+    redirects it, the last to leave puts the saved one back. fd 2 is the process's, so threads that
+    compile at once (the agent's tools, a tuner's workers) share one redirect; each saving and restoring its
+    own would, interleaved, leave stderr pointing at another's closed file for good."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = -1
+        self.sink: Any = None
+
+    def enter(self) -> bool:
+        """Redirect fd 2, or count one more thread inside; False where fd 2 cannot be redirected."""
+        with self.lock:
+            if self.depth == 0:
+                try:
+                    sys.stderr.flush()
+                    saved = os.dup(2)
+                except (OSError, ValueError, AttributeError):
+                    return False
+                sink = tempfile.TemporaryFile()  # noqa: SIM115 - open until the last thread leaves
+                try:
+                    os.dup2(sink.fileno(), 2)
+                except OSError:
+                    os.close(saved)
+                    sink.close()
+                    return False
+                self.saved, self.sink = saved, sink
+            self.depth += 1
+            return True
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                try:
+                    os.dup2(self.saved, 2)
+                finally:
+                    os.close(self.saved)
+                    self.sink.close()
+                    self.saved, self.sink = -1, None
+
+
+_REDIRECT = _Redirect()
+
+
 @contextlib.contextmanager
 def quiet_stderr(enabled: bool = True) -> Iterator[None]:
     """Keep what a compiler writes straight to the process's stderr (PoCL's clang prints "N warnings
     generated." there, past Python) out of the user's terminal. Errors are not lost: a failed build
-    raises with its log. With ``enabled`` False, or where fd 2 cannot be redirected, nothing changes."""
-    if not enabled:
+    raises with its log. With ``enabled`` False, or where fd 2 cannot be redirected, nothing changes;
+    threads inside at once share one redirect (``_Redirect``)."""
+    if not enabled or not _REDIRECT.enter():
         yield
         return
     try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):
         yield
-        return
-    try:
-        with tempfile.TemporaryFile() as sink:
-            os.dup2(sink.fileno(), 2)
-            try:
-                yield
-            finally:
-                os.dup2(saved, 2)
     finally:
-        os.close(saved)
+        _REDIRECT.leave()
 
 
 # Names compilers give the text they were handed (PoCL's kernel cache, CuPy's hashed files).

@@ -35,3 +35,37 @@ def test_compiler_chatter_is_shown_when_asked_for(tmp_path: Path, capfd: pytest.
         _compile(tmp_path)
     _, err = capfd.readouterr()
     assert "warnings generated" in err
+
+
+def test_threads_quieting_stderr_at_once_leave_it_as_it_was(capfd: pytest.CaptureFixture[str]) -> None:
+    """Two threads inside at once, the first leaving before the second: each saving and restoring fd 2 on
+    its own left it pointing at the first one's closed file, and every later message went nowhere."""
+    import os
+    import threading
+
+    from pytest_ktune.backends.compile_log import quiet_stderr
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with quiet_stderr():
+            first_in.set()
+            second_in.wait(5)
+            os.write(2, b"chatter of the first\n")
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with quiet_stderr():
+            second_in.set()
+            first_out.wait(5)
+            os.write(2, b"chatter of the second\n")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    os.write(2, b"a message after them\n")
+    _, err = capfd.readouterr()
+    assert "a message after them" in err and "chatter" not in err
