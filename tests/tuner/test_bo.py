@@ -384,3 +384,11 @@ def test_listed_rows_from_positions_equal_those_made_from_the_configurations() -
     by_positions.list_rows(grid, at.pos)
     assert np.array_equal(by_positions(grid), by_rows(grid))
     assert at.keys == [config_key(c) for c in grid]
+
+
+def test_a_study_scores_listed_rows_by_number_as_it_scores_their_configurations() -> None:
+    at = Positions(GRID, PARAMS)
+    enc = Inputs(PARAMS)
+    enc.list_rows(at.feasible, at.pos)
+    rows = np.asarray([5, 0, 17, 3])
+    assert np.array_equal(enc.listed(rows), Inputs(PARAMS)([GRID[r] for r in rows]))
