@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+NEAR = 1e-6  # evidence this close to the most (relative, beyond 1) is compared exactly (``GaussianProcess._choose``)
 
 
 NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
@@ -112,6 +115,23 @@ class GaussianProcess:
         logdet = np.log(np.diagonal(chol[:, :n, :n], axis1=1, axis2=2)).sum(1)
         return -0.5 * (tail * tail).sum(1) - logdet, k
 
+    def _exact(self, k: np.ndarray) -> float:
+        """The log evidence of the kernel matrix ``k`` from its own factor and a solve of it (``_evidence``'s,
+        up to rounding): where two grid rows' evidence is that close, the choice between them is this."""
+        chol, alpha = self._weights(k)
+        return float(-0.5 * (alpha * self.y).sum() - np.log(np.diagonal(chol)).sum())
+
+    def _choose(self, ev: np.ndarray, k: Callable[[int], np.ndarray]) -> int:
+        """The grid row of the most evidence (the first of equals); ``k``: a row's kernel matrix. Rows
+        within rounding of the most are compared by ``_exact``, so that a choice the bordered factor's
+        rounding could turn is made as the factor and solve of each matrix make it."""
+        i = int(np.argmax(ev))
+        close = np.flatnonzero(ev >= ev[i] - NEAR * (1.0 + abs(float(ev[i]))))
+        if len(close) < 2:
+            return i
+        exact = [self._exact(k(int(j))) for j in close]
+        return int(close[int(np.argmax(exact))])
+
     def _weights(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The Cholesky factor of the kernel matrix ``k`` (plus noise) and the weights K^-1 y."""
         chol = np.linalg.cholesky(k[None])  # positive definite: a kernel matrix plus noise on its diagonal
@@ -124,7 +144,7 @@ class GaussianProcess:
         if self.params <= FULL_GRID_UP_TO:
             grid = np.asarray(list(itertools.product(scales, repeat=self.params)))
             ev, k = self._evidence(grid)
-            i = int(np.argmax(ev))
+            i = self._choose(ev, lambda j: k[j])
             self.scales = grid[i]
             return self._weights(k[i])
         best = np.full(self.params, scales[len(scales) // 2])
@@ -146,9 +166,17 @@ class GaussianProcess:
                 ev, k = self._evidence(np.delete(grid, at, 0) if at >= 0 else grid)
                 if held is not None:
                     ev = np.insert(ev, at, held[0])
-                i = int(np.argmax(ev))
-                if held is None or i != at:
-                    held = (float(ev[i]), k[i if held is None or i < at else i - 1])
+
+                def matrix(j: int, k: np.ndarray = k, at: int = at,
+                           held: tuple[float, np.ndarray] | None = held) -> np.ndarray:
+                    # the grid row's kernel matrix: ``best``'s is held, the others' were just made
+                    if held is not None and j == at:
+                        return held[1]
+                    made: np.ndarray = k[j if held is None or j < at else j - 1]
+                    return made
+
+                i = self._choose(ev, matrix)
+                held = (float(ev[i]), matrix(i))
                 best = grid[i]
         self.scales = best
         if held is None:  # no parameter varies among the timings
