@@ -137,6 +137,11 @@ class Inputs:
                                    for x in where[c[name]]] for c in configs], float).reshape(len(configs),
                                                                                              len(self.columns))
 
+    def listed(self, rows: np.ndarray) -> np.ndarray:
+        """The rows of the configurations ``list_rows`` was given, by their numbers there."""
+        out: np.ndarray = self._table[rows]
+        return out
+
     def _row(self, config: Mapping[str, Value]) -> np.ndarray:
         hit = self._rows.get(id(config))
         if hit is not None and hit[0] is config:
@@ -240,7 +245,11 @@ class Fitted:
     centre: Mapping[str, Value]
 
     def ei(self, configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
-        mu, sd = self.gp.predict(self.encode(configs))
+        return self.ei_at(self.encode(configs))
+
+    def ei_at(self, x: np.ndarray) -> np.ndarray:
+        """``ei`` of configurations given as model inputs."""
+        mu, sd = self.gp.predict(x)
         return expected_improvement(mu, sd, self.best)
 
 
@@ -450,9 +459,10 @@ class BoSampler(optuna.samplers.BaseSampler):
         def local() -> Mapping[str, Value] | None:
             return model(PORTFOLIO_RINGS)
 
-        def score(configs: Sequence[Mapping[str, Value]]) -> np.ndarray:
+        def score(rows: np.ndarray) -> np.ndarray:
+            # rows of ``self.feasible``, whose model inputs the memo's encoder listed in that order (``__init__``)
             fitted = fit(timed, failed=failed, busy=busy, params=self.params, memo=self.memo, key=self.key)
-            return fitted.ei(configs) if fitted is not None else np.zeros(len(configs))
+            return fitted.ei_at(fitted.encode.listed(rows)) if fitted is not None else np.zeros(len(rows))
 
         # The portfolio where the study knows nothing and the space is larger than the model can score
         # whole: in a smaller one, the model's steps from the best so far, widening as each ring is used

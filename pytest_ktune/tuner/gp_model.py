@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 LENGTH_SCALES = (0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+NEAR = 1e-6  # evidence this close to the most (relative, beyond 1) is compared exactly (``GaussianProcess._choose``)
 
 
 NOISE = 1e-2  # the observation noise, as a fraction of the (standardised) variance of the log timings
@@ -72,8 +75,8 @@ class GaussianProcess:
         self.scales = np.ones(self.params)
         if scales is not None and len(scales) == self.params:  # length scales chosen before, kept
             self.scales = np.asarray(scales, float)
-            _, chol, alpha = self._evidence(self.scales[None, :])
-            self._chol, self._alpha = chol[0], alpha[0]
+            _, k = self._evidence(self.scales[None, :])
+            self._chol, self._alpha = self._weights(k[0])
         else:
             self._chol, self._alpha = self._fit()
 
@@ -90,28 +93,62 @@ class GaussianProcess:
         gp._alpha = factor.chol_inv.T @ (factor.chol_inv @ gp.y)  # K^-1 y, as L^-T L^-1 y
         return gp
 
-    def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For each row of length scales in ``grid``: log evidence (up to a constant), Cholesky
-        factor and weights, all at once."""
+    def _evidence(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each row of length scales in ``grid``: log evidence (up to a constant) and the kernel matrix
+        (plus noise), all at once.
+
+        One Cholesky factorisation of the kernel matrix bordered by the targets, [[K, y], [y', c]], gives
+        both terms: its top left block is K's factor (the log determinant), its last row L^-1 y (whose
+        square is y' K^-1 y). numpy has no triangular solver, and its general solve cost twice the factor;
+        the weights are made once, for the scales chosen (``_weights``)."""
         r2 = np.einsum("gp,pij->gij", 1.0 / grid ** 2, self._d2)
-        k = _matern52(r2) + self.noise * np.eye(len(self.x))
-        chol = np.linalg.cholesky(k)  # positive definite: a kernel matrix plus noise on its diagonal
-        # One solve of K itself (y' K^-1 y = y' alpha), not two triangular ones: numpy has no
-        # triangular solver, and its general one costs as much for a factor as for K.
-        alpha = np.linalg.solve(k, np.broadcast_to(self.y[:, None], (len(grid), len(self.y), 1)))[..., 0]
-        logdet = np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
-        return -0.5 * (alpha * self.y).sum(1) - logdet, chol, alpha
+        n = len(self.x)
+        k = _matern52(r2) + self.noise * np.eye(n)
+        bordered = np.empty((len(grid), n + 1, n + 1))
+        bordered[:, :n, :n] = k
+        bordered[:, n, :n] = self.y
+        bordered[:, :n, n] = self.y
+        # positive definite: K's least eigenvalue is at least the noise, so y' K^-1 y < 1 + y'y / noise
+        bordered[:, n, n] = 1.0 + float(self.y @ self.y) / self.noise
+        chol = np.linalg.cholesky(bordered)
+        tail = chol[:, n, :n]
+        logdet = np.log(np.diagonal(chol[:, :n, :n], axis1=1, axis2=2)).sum(1)
+        return -0.5 * (tail * tail).sum(1) - logdet, k
+
+    def _exact(self, k: np.ndarray) -> float:
+        """The log evidence of the kernel matrix ``k`` from its own factor and a solve of it (``_evidence``'s,
+        up to rounding): where two grid rows' evidence is that close, the choice between them is this."""
+        chol, alpha = self._weights(k)
+        return float(-0.5 * (alpha * self.y).sum() - np.log(np.diagonal(chol)).sum())
+
+    def _choose(self, ev: np.ndarray, k: Callable[[int], np.ndarray]) -> int:
+        """The grid row of the most evidence (the first of equals); ``k``: a row's kernel matrix. Rows
+        within rounding of the most are compared by ``_exact``, so that a choice the bordered factor's
+        rounding could turn is made as the factor and solve of each matrix make it."""
+        i = int(np.argmax(ev))
+        close = np.flatnonzero(ev >= ev[i] - NEAR * (1.0 + abs(float(ev[i]))))
+        if len(close) < 2:
+            return i
+        exact = [self._exact(k(int(j))) for j in close]
+        return int(close[int(np.argmax(exact))])
+
+    def _weights(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The Cholesky factor of the kernel matrix ``k`` (plus noise) and the weights K^-1 y."""
+        chol = np.linalg.cholesky(k[None])  # positive definite: a kernel matrix plus noise on its diagonal
+        # One solve of K itself, not two triangular ones: numpy has no triangular solver
+        alpha = np.linalg.solve(k[None], self.y[None, :, None])[..., 0]
+        return chol[0], alpha[0]
 
     def _fit(self) -> tuple[np.ndarray, np.ndarray]:
         scales = np.asarray(LENGTH_SCALES)
         if self.params <= FULL_GRID_UP_TO:
             grid = np.asarray(list(itertools.product(scales, repeat=self.params)))
-            ev, chol, alpha = self._evidence(grid)
-            i = int(np.argmax(ev))
+            ev, k = self._evidence(grid)
+            i = self._choose(ev, lambda j: k[j])
             self.scales = grid[i]
-            return chol[i], alpha[i]
+            return self._weights(k[i])
         best = np.full(self.params, scales[len(scales) // 2])
-        held: tuple[float, np.ndarray, np.ndarray] | None = None  # the evidence, factor and weights of ``best``
+        held: tuple[float, np.ndarray] | None = None  # the evidence and kernel matrix of ``best``
         others_at: dict[int, list[float]] = {}  # each parameter's grid, last chosen on: the scales of the others
         for _ in range(2):  # coordinate-wise: each parameter's scale with the others held
             for p in range(self.params):
@@ -126,18 +163,26 @@ class GaussianProcess:
                 # one row of the grid is ``best`` itself, whose evidence is known after the first
                 # parameter: only the others are computed (each row's on its own, so the same numbers)
                 at = int(np.flatnonzero(scales == best[p])[0]) if held is not None else -1
-                ev, chol, alpha = self._evidence(np.delete(grid, at, 0) if at >= 0 else grid)
+                ev, k = self._evidence(np.delete(grid, at, 0) if at >= 0 else grid)
                 if held is not None:
                     ev = np.insert(ev, at, held[0])
-                    chol = np.insert(chol, at, held[1], axis=0)
-                    alpha = np.insert(alpha, at, held[2], axis=0)
-                i = int(np.argmax(ev))
-                best, held = grid[i], (float(ev[i]), chol[i], alpha[i])
+
+                def matrix(j: int, k: np.ndarray = k, at: int = at,
+                           held: tuple[float, np.ndarray] | None = held) -> np.ndarray:
+                    # the grid row's kernel matrix: ``best``'s is held, the others' were just made
+                    if held is not None and j == at:
+                        return held[1]
+                    made: np.ndarray = k[j if held is None or j < at else j - 1]
+                    return made
+
+                i = self._choose(ev, matrix)
+                held = (float(ev[i]), matrix(i))
+                best = grid[i]
         self.scales = best
         if held is None:  # no parameter varies among the timings
-            _, chol, alpha = self._evidence(best[None, :])
-            return chol[0], alpha[0]
-        return held[1], held[2]
+            _, k = self._evidence(best[None, :])
+            return self._weights(k[0])
+        return self._weights(held[1])
 
     def _cross(self, x: np.ndarray) -> np.ndarray:
         """The kernel between ``x`` and the model's inputs."""

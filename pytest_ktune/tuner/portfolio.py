@@ -64,7 +64,36 @@ class Rows(Protocol):
 Model = Callable[[], Mapping[str, Value] | None]  # the model's proposal (``bo.propose``), made on demand
 
 
-Score = Callable[[Sequence[Mapping[str, Value]]], np.ndarray]  # the model's expected improvement of each
+# the model's expected improvement of the feasible configurations numbered so (rows of ``Rows``): numbers, not
+# the configurations, so that scoring a thousand makes no list of them and looks none of them up
+Score = Callable[[np.ndarray], np.ndarray]
+
+
+def row_sums(parts: Sequence[np.ndarray], n: int) -> np.ndarray:
+    """``np.stack(parts, 1).sum(1)``, bit for bit, from the columns themselves: numpy sums a row's
+    numbers pairwise (eight partial sums of every eighth number, added as a tree, then the remainder in
+    order; halves first beyond 128), and this adds whole columns in that order."""
+    if not parts:
+        return np.zeros(n)
+    if len(parts) > 128:  # numpy's block: two halves, the first a multiple of eight
+        half = len(parts) // 2
+        half -= half % 8
+        halves: np.ndarray = row_sums(parts[:half], n) + row_sums(parts[half:], n)
+        return halves
+    if len(parts) < 8:
+        out = parts[0].copy()
+        for p in parts[1:]:
+            out += p
+        return out
+    r = [p.copy() for p in parts[:8]]
+    full = len(parts) - len(parts) % 8
+    for i in range(8, full, 8):
+        for j in range(8):
+            r[j] += parts[i + j]
+    tree: np.ndarray = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for p in parts[full:]:
+        tree += p
+    return tree
 
 
 def start_size(dims: int) -> int:
@@ -89,6 +118,7 @@ class Portfolio:
         span = np.asarray([max(len(ix) - 1, 1) for ix in at.index], float)
         self.span = span
         self.unit = at.pos / span  # each parameter's position among its values, in [0, 1]
+        self.unit_t = np.ascontiguousarray(self.unit.T)  # the same, a parameter a row (``_distance``)
         self.dims = max(1, sum(len(ix) > 1 for ix in at.index))  # the parameters that can change
         self.start = min(start_size(self.dims), len(at.feasible))
         self.population = max(2, round(math.log(max(len(at.feasible), 2))))
@@ -97,16 +127,17 @@ class Portfolio:
 
     # -- the arms ----------------------------------------------------------------------------------
 
-    def _distance(self, rows: np.ndarray, to: np.ndarray, units: np.ndarray | None = None) -> np.ndarray:
+    def _distance(self, rows: np.ndarray, to: np.ndarray, units_t: np.ndarray | None = None) -> np.ndarray:
         """Distances from the configurations numbered ``rows`` to the point ``to`` (in ``unit`` space;
-        a categorical parameter counts 1 where it differs); ``units``: ``self.unit[rows]``, where the
-        caller measures from the same rows many times."""
-        d = np.abs((self.unit[rows] if units is None else units) - to)
-        cat = ~self.positions.numeric
-        if cat.any():  # a space of numbers alone (the most) spares the copy of no columns
-            d[:, cat] = d[:, cat] > 0
-        out: np.ndarray = d.sum(1)
-        return out
+        a categorical parameter counts 1 where it differs); ``units_t``: ``self.unit_t[:, rows]``, where
+        the caller measures from the same rows many times."""
+        cols = self.unit_t[:, rows] if units_t is None else units_t
+        numeric = self.positions.numeric
+        # a parameter at a time, over every row at once: numpy's sum along a row of a few numbers costs
+        # more than the differences themselves; ``row_sums`` adds them in the order that sum does
+        parts = [np.abs(cols[j] - to[j]) if numeric[j] else (np.abs(cols[j] - to[j]) > 0).astype(float)
+                 for j in range(len(cols))]
+        return row_sums(parts, len(rows))
 
     def spread(self, untried: np.ndarray, tried: np.ndarray) -> int:
         """The untried row farthest from every tried one (the first: one at random), ties drawn at random.
@@ -127,17 +158,17 @@ class Portfolio:
     def explore(self, untried: np.ndarray, score: Score) -> int:
         """The untried row of highest expected improvement over the whole space (among ``SCORED`` drawn)."""
         pick = self._draw(untried, SCORED)
-        return int(pick[int(np.argmax(score([self.positions.feasible[r] for r in pick])))])
+        return int(pick[int(np.argmax(score(np.asarray(pick, int))))])
 
     def evolve(self, untried: np.ndarray, ranked: Sequence[int], score: Score) -> int:
         """Of ``d`` children of good parents (see the module docstring), the one the model expects most of."""
-        units = self.unit[untried]
+        units = self.unit_t[:, untried]
         free = np.zeros(len(self.positions.feasible), bool)
         free[untried] = True
         children = sorted({self._child(untried, ranked, units, free) for _ in range(self.dims)})
-        return children[int(np.argmax(score([self.positions.feasible[r] for r in children])))]
+        return children[int(np.argmax(score(np.asarray(children, int))))]
 
-    def _child(self, untried: np.ndarray, ranked: Sequence[int], units: np.ndarray | None = None,
+    def _child(self, untried: np.ndarray, ranked: Sequence[int], units_t: np.ndarray | None = None,
                free: np.ndarray | None = None) -> int:
         """The untried row nearest a child of two good parents (``free``: whether each row is untried)."""
         pool = list(ranked[: self.population])
@@ -164,7 +195,7 @@ class Portfolio:
         if row is not None and free is not None and free[row]:
             self.rng.randrange(1)
             return row
-        dist = self._distance(untried, child, units)
+        dist = self._distance(untried, child, units_t)
         best = np.flatnonzero(dist == dist.min())
         return int(untried[best[self.rng.randrange(len(best))]])
 
@@ -194,7 +225,8 @@ class Portfolio:
         """The next configuration, untried and feasible; None when every one was tried. ``timed``,
         ``failed`` and ``busy`` are as for ``bo.propose`` (timed in the order they were timed);
         ``model`` makes the model arm's proposal, ``score`` the model's expected improvement of
-        configurations (it is asked only once two are timed); ``key``: ``config_key``, or a caller's memo of it."""
+        feasible configurations by row number (it is asked only once two are timed); ``key``:
+        ``config_key``, or a caller's memo of it."""
         at = self.positions
         keyed = [(key(c), v) for c, v in timed]
         self.credit(keyed)

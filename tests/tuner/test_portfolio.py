@@ -54,10 +54,11 @@ def run(seed: int, budget: int) -> list[dict[str, Value]]:
         def model() -> Mapping[str, Value] | None:
             return propose(FEASIBLE, timed, failed=[], busy=[], params=PARAMS, rng=pf.rng, positions=at, memo=memo)
 
-        def score(configs: Any) -> Any:
+        def score(rows: Any) -> Any:
             import numpy as np
 
-            return np.asarray([-bumpy(c) for c in configs])  # a stand-in model: the truth, to keep the test fast
+            # a stand-in model: the truth, to keep the test fast
+            return np.asarray([-bumpy(at.feasible[r]) for r in rows])
 
         pick = pf.propose(timed, failed=[], busy=[], model=model, score=score)
         if pick is None:
@@ -113,7 +114,7 @@ def test_each_arm_is_used_and_credited() -> None:
         pick = pf.propose(timed, failed=[], busy=[],
                           model=lambda: propose(FEASIBLE, timed, failed=[], busy=[], params=PARAMS, rng=pf.rng,
                                                 positions=at),
-                          score=lambda cs: np.asarray([-bumpy(c) for c in cs]))
+                          score=lambda rows: np.asarray([-bumpy(at.feasible[r]) for r in rows]))
         assert pick is not None
         timed.append((pick, bumpy(pick)))
     pf.credit([(config_key(c), v) for c, v in timed])
@@ -194,3 +195,25 @@ def test_its_model_arm_keeps_to_the_nearest_ring_where_bo_alone_takes_two(tmp_pa
     monkeypatch.setattr(bo, "SCORED", 0)  # the toy space counts as a large one: the portfolio's
     replay_tune(tmp_path, problem.target, problem.land, sampler="bo", trials=40, seed=0)
     assert rings and set(rings) == {bo.PORTFOLIO_RINGS} == {1}
+
+
+@pytest.mark.parametrize("params", [1, 3, 7, 8, 9, 10, 16, 17, 31, 129, 200])
+def test_row_sums_add_columns_as_numpy_sums_a_row_bit_for_bit(params: int) -> None:
+    # the evolve arm's distances, summed a parameter at a time, must pick the nearest rows (ties and all)
+    # that a sum along each row picked
+    from pytest_ktune.tuner.portfolio import row_sums
+
+    rng = np.random.default_rng(params)
+    x = rng.random((500, params)) * rng.choice([1e-3, 1.0, 1e3], (500, params))
+    assert np.array_equal(row_sums([x[:, j].copy() for j in range(params)], 500), x.sum(1))
+
+
+def test_the_distances_to_a_point_are_those_of_each_rows_differences_summed() -> None:
+    at = Positions(FEASIBLE, PARAMS)
+    pf = Portfolio(at, random.Random(0))
+    rows = np.arange(0, len(FEASIBLE), 2)
+    to = pf.unit[3] + 0.1
+    d = np.abs(pf.unit[rows] - to)
+    cat = ~at.numeric
+    d[:, cat] = d[:, cat] > 0
+    assert np.array_equal(pf._distance(rows, to), d.sum(1))
