@@ -27,18 +27,6 @@ if TYPE_CHECKING:
     import optuna
 
 
-def tell(study: optuna.Study, trial: Any, value: float | None = None, *, state: Any = None) -> None:
-    """``study.tell``, without the deep copy of the trial it returns, which the loop never reads (a
-    fiftieth of a replayed tune's CPU). Where Optuna's own function behind ``tell`` is not where this
-    release of Optuna had it, ``study.tell`` itself."""
-    try:
-        from optuna.study._tell import _tell_with_warning
-    except ImportError:  # pragma: no cover - another Optuna's layout
-        study.tell(trial, value, state=state)
-        return
-    _tell_with_warning(study=study, trial=trial, value_or_values=value, state=state)
-
-
 class StudyLoop:
     """The ask / evaluate / tell loop of one study; shared by the tuner and `ktune worker`."""
 
@@ -133,7 +121,7 @@ class StudyLoop:
                 broken = self.target.space.violated(cfg, self.key)
                 if broken:
                     trial.set_user_attr("infeasible", "; ".join(broken))
-                    tell(self.study, trial, state=TrialState.FAIL)
+                    self.study.tell(trial, state=TrialState.FAIL)
                     self.infeasible += 1
                     fruitless += 1
                     stuck += 1
@@ -143,7 +131,7 @@ class StudyLoop:
                 twin = None if ck in in_batch else self._twin(trial.number, ck)
                 if ck in in_batch or (twin is not None and twin.state != TrialState.COMPLETE):
                     trial.set_user_attr("skipped", "being timed by another trial")
-                    tell(self.study, trial, state=TrialState.FAIL)
+                    self.study.tell(trial, state=TrialState.FAIL)
                     fruitless += 1
                     stuck += 1
                     continue
@@ -152,7 +140,7 @@ class StudyLoop:
                     same = config_key(self.enc.decode(twin.params)) == config_key(cfg)
                     if not same:
                         trial.set_user_attr("equivalent", "the same program and launches")
-                    tell(self.study, trial, twin.value)
+                    self.study.tell(trial, twin.value)
                     fruitless += 1
                     self._row(trial.number, cfg, "duplicate", twin.value, attrs=trial.user_attrs,
                               reason=f"same as trial {twin.number}" if same else
@@ -164,7 +152,7 @@ class StudyLoop:
                     # Failed or infeasible already: running it again would fail again, and a hang
                     # would cost the whole trial timeout each time the sampler proposes it.
                     trial.set_user_attr("skipped", f"failed in trial {earlier.number}")
-                    tell(self.study, trial, state=TrialState.FAIL)
+                    self.study.tell(trial, state=TrialState.FAIL)
                     fruitless += 1
                     stuck += 1
                     continue
@@ -200,7 +188,7 @@ class StudyLoop:
                 # Queued before the trial ends, so that no other loop finds the budget free in between
                 # and asks its sampler instead.
                 self.study.enqueue_trial(self.enc.encode(cfg), user_attrs={"source": "retry", "retry_of": number})
-                tell(self.study, trial, state=TrialState.FAIL)
+                self.study.tell(trial, state=TrialState.FAIL)
                 numbers.append(number)
         self._untold = {}
         return numbers
@@ -279,12 +267,12 @@ class StudyLoop:
             if out.resources:
                 trial.set_user_attr("resources", dict(out.resources))
             value = out.value_s * 1e6
-            tell(self.study, trial, value)
+            self.study.tell(trial, value)
             self._row(trial.number, cfg, "timed", value, reason="", attrs=trial.user_attrs, out=out)
             return
         attr = "infeasible" if out.status == "infeasible" else "failed"
         trial.set_user_attr(attr, out.reason)
-        tell(self.study, trial, state=TrialState.FAIL)
+        self.study.tell(trial, state=TrialState.FAIL)
         if attr == "infeasible":
             self.infeasible += 1
         else:
