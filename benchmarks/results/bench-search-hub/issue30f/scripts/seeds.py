@@ -7,9 +7,9 @@ varying parameters). Run from the repository root:
 import sys
 from pathlib import Path
 
+from pytest_ktune.core.names import DEFAULT_SAMPLER
 from pytest_ktune.lab.benchsearch import problems_for
 from pytest_ktune.lab.replay import replay_tune
-from pytest_ktune.core.names import DEFAULT_SAMPLER
 
 path = Path(sys.argv[1])
 seeds = int(sys.argv[2]) if len(sys.argv) > 2 else 11
