@@ -5,7 +5,8 @@ the target as it was then, under tests/data (``FROZEN``): rmsnorm before ROWS, C
 one-block-per-row kernel is the new template at ROWS=1, CACHE=0, REDUCE=0, so what these landscapes
 say of the search still holds); silu_and_mul and gelu_tanh_and_mul before ROWS, FAST and GRID (their
 flat range of vectors is the new templates at ROWS=0, FAST=0, GRID=0); fused_add_rmsnorm before ROWS,
-CACHE, REDUCE and PREFETCH (the new template at ROWS=1, CACHE=0, REDUCE=0, PREFETCH=0).
+CACHE, REDUCE and PREFETCH (the new template at ROWS=1, CACHE=0, REDUCE=0, PREFETCH=0);
+per_token_group_quant before FAST and IDX64 (the new template at FAST=0 with IDX64=1).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ RMSNORM = LANDSCAPES / "rmsnorm-T64-H4096-float16-H200.json"
 SILU = LANDSCAPES / "silu_and_mul-T256-I14336-float16-H200.json"
 GLU_V1 = REPO / "tests" / "data" / "glu_v1"
 FROZEN = {"rmsnorm": REPO / "tests" / "data" / "rmsnorm_v1", "silu_and_mul": GLU_V1, "gelu_tanh_and_mul": GLU_V1,
-          "fused_add_rmsnorm": REPO / "tests" / "data" / "fused_add_rmsnorm_v1"}
+          "fused_add_rmsnorm": REPO / "tests" / "data" / "fused_add_rmsnorm_v1",
+          "per_token_group_quant": REPO / "tests" / "data" / "quant_v1"}
 
 
 def root_of(name: str) -> Path:
