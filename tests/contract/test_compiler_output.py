@@ -28,13 +28,28 @@ def test_compiler_chatter_stays_out_of_stderr(tmp_path: Path, capfd: pytest.Capt
     assert "warning" not in (out + err).lower()
 
 
-def test_compiler_chatter_is_shown_when_asked_for(tmp_path: Path, capfd: pytest.CaptureFixture[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiler_chatter_is_shown_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for, the build log comes as a warning and fd 2 is left alone during the build, so what the
+    compiler writes there reaches the user. (Whether PoCL's clang writes its "N warnings generated." line to
+    fd 2 at all depends on what the process built before, through pyopencl: not a thing to assert.)"""
+    from pytest_ktune.backends import compile_log
+
+    entered: list[bool] = []
+    real = compile_log._REDIRECT.enter
+
+    def enter() -> bool:
+        entered.append(True)
+        return real()
+
+    monkeypatch.setattr(compile_log._REDIRECT, "enter", enter)
+    monkeypatch.delenv("KTUNE_COMPILER_OUTPUT", raising=False)
+    _compile(tmp_path)
+    assert entered  # not asked for: the build's stderr is redirected
+    entered.clear()
     monkeypatch.setenv("KTUNE_COMPILER_OUTPUT", "1")
     with pytest.warns(Warning, match="compiler output"):
         _compile(tmp_path)
-    _, err = capfd.readouterr()
-    assert "warnings generated" in err
+    assert not entered
 
 
 def test_threads_quieting_stderr_at_once_leave_it_as_it_was(capfd: pytest.CaptureFixture[str]) -> None:
